@@ -1,0 +1,24 @@
+// Package registry hands out keyed locks that exclude each other across
+// goroutines and, through a shared [Repository], across processes.
+//
+// A [Registry] is Spring Integration's JdbcLockRegistry for Go: [Registry.Obtain]
+// returns a [Lock] for a key; locking it first takes a local, per-key
+// primitive, so goroutines of one process that wait for the same key never
+// touch the database, and then takes a lease in the repository, retrying
+// every idle interval (default 100 ms) while another process holds it.
+// Leases expire after a TTL (default 10 s) unless renewed, so a crashed
+// holder cannot block a key forever.
+//
+// Locks are not reentrant, like [sync.Mutex]: a goroutine that locks a lock
+// it already holds waits for itself. A lock may be unlocked by a goroutine
+// other than the one that locked it.
+//
+// Lock objects of keys that are neither held nor waited on are kept in an LRU
+// cache (capacity 100 000 by default); held and awaited locks live outside
+// it, are never evicted and do not count against the capacity. Lock objects
+// of the same key, even one obtained before an eviction, always exclude each
+// other.
+//
+// The repository for SQL databases is in package
+// github.com/lockreg/lockreg/jdbc; [NewLocal] needs no database.
+package registry

@@ -1,0 +1,410 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Lock is a keyed lock obtained from a [LockRegistry]. Holding it means
+// holding both the local per-key primitive and an unexpired lease in the
+// registry's repository.
+//
+// A Lock is not reentrant: locking it again from the goroutine that holds it
+// waits for that goroutine. It may be unlocked from any goroutine.
+//
+// The context-free methods (Lock, TryLock, Unlock) make it a [sync.Locker];
+// they panic where the context forms would return a non-transient error,
+// and so suit code that treats the database being unusable as fatal. Prefer
+// the context forms elsewhere.
+type Lock interface {
+	sync.Locker
+
+	// LockContext waits until the lock is held with the registry's TTL or
+	// ctx is done. Transient repository errors are retried with capped,
+	// jittered backoff (and reported to the error handler); other errors
+	// are returned. It returns ctx's error, wrapped, when ctx ends first,
+	// and ErrClosed when the registry closes.
+	LockContext(ctx context.Context) error
+
+	// LockTTL is LockContext with a lease of ttl instead of the registry's
+	// TTL (Spring 7's lock(Duration)); later Renew calls keep using ttl.
+	LockTTL(ctx context.Context, ttl time.Duration) error
+
+	// TryLock makes one attempt to take the lock and reports whether it
+	// did. Transient repository errors count as a failed attempt and go to
+	// the error handler; it panics on other errors and on a closed registry.
+	TryLock() bool
+
+	// TryLockContext reports whether it took the lock. When ctx has a
+	// deadline it waits for the lock until that deadline and returns false,
+	// with a nil error, by the deadline (not up to an idle interval later).
+	// Without a deadline it makes one attempt, as TryLock does. It returns
+	// an error, with false, when ctx is canceled, when the registry is
+	// closed, and on non-transient repository errors; a transient error of
+	// the single attempt is returned too.
+	TryLockContext(ctx context.Context) (bool, error)
+
+	// TryLockTTL is TryLockContext with a lease of ttl.
+	TryLockTTL(ctx context.Context, ttl time.Duration) (bool, error)
+
+	// Unlock releases the lock. It panics if the lock is not held, as
+	// sync.Mutex does. It never panics for a lost lease: the local lock is
+	// released in every case, and a lost lease or a release that failed is
+	// reported to the registry's error handler. Transient errors are
+	// retried until the lease would have expired anyway.
+	Unlock()
+
+	// UnlockContext releases the lock and reports what Unlock would pass to
+	// the error handler: an error wrapping ErrLockLost when the lease had
+	// expired and is no longer this holder's, so the guarded data may have
+	// been changed by another process. It returns ErrNotHeld, without
+	// panicking, if the lock is not held. The local lock is released in
+	// every other case.
+	UnlockContext(ctx context.Context) error
+
+	// Renew extends the held lease by the TTL it was taken with (Spring's
+	// renewLock). It returns ErrNotHeld if the lock is not held and an error
+	// wrapping ErrLockLost if the lease already expired: renewal never
+	// revives an expired lease. The lock stays held locally in both cases
+	// until unlocked. Transient errors are retried until ctx is done or the
+	// lease has expired.
+	Renew(ctx context.Context) error
+
+	// RenewTTL is Renew with a new lease duration, used from then on.
+	RenewTTL(ctx context.Context, ttl time.Duration) error
+
+	// Key returns the key the lock was obtained for.
+	Key() string
+}
+
+// lock is both the handle returned by Obtain and, for the object that is
+// live in the registry, the state of its key. A handle whose object was
+// evicted and replaced forwards every operation to the live object.
+type lock struct {
+	reg *Registry
+	key string
+
+	// Guarded by reg.mu.
+	refs     int // waiters plus the holder
+	lastUsed time.Time
+
+	// sem holds one token while a goroutine of this process owns the key
+	// locally; only the owner talks to the repository, so local waiters
+	// never touch the database.
+	sem  chan struct{}
+	held atomic.Bool // the lease is taken and not yet unlocked
+
+	mu      sync.Mutex // guards the lease fields below
+	ttl     time.Duration
+	renewed time.Time // local time of the last successful acquire or renew
+}
+
+func newLock(r *Registry, key string) *lock {
+	return &lock{reg: r, key: key, lastUsed: time.Now(), sem: make(chan struct{}, 1)}
+}
+
+func (h *lock) Key() string { return h.key }
+
+func (h *lock) Lock() {
+	if err := h.LockContext(context.Background()); err != nil {
+		panic(err)
+	}
+}
+
+func (h *lock) LockContext(ctx context.Context) error {
+	return h.LockTTL(ctx, h.reg.opts.ttl)
+}
+
+func (h *lock) LockTTL(ctx context.Context, ttl time.Duration) error {
+	_, err := h.take(ctx, ttl, waitAlways)
+	return err
+}
+
+func (h *lock) TryLock() bool {
+	ok, err := h.TryLockContext(context.Background())
+	if err != nil {
+		if errors.Is(err, ErrTransient) {
+			h.reg.report(h.key, err)
+			return false
+		}
+		panic(err)
+	}
+	return ok
+}
+
+func (h *lock) TryLockContext(ctx context.Context) (bool, error) {
+	return h.TryLockTTL(ctx, h.reg.opts.ttl)
+}
+
+func (h *lock) TryLockTTL(ctx context.Context, ttl time.Duration) (bool, error) {
+	if _, ok := ctx.Deadline(); ok {
+		return h.take(ctx, ttl, waitUntilDeadline)
+	}
+	return h.take(ctx, ttl, waitNever)
+}
+
+type waitMode int
+
+const (
+	waitNever         waitMode = iota // one attempt
+	waitUntilDeadline                 // false, nil when ctx's deadline passes
+	waitAlways                        // until acquired or ctx is done
+)
+
+// take acquires the local primitive and then the lease.
+func (h *lock) take(ctx context.Context, ttl time.Duration, mode waitMode) (bool, error) {
+	if ttl <= 0 {
+		return false, fmt.Errorf("registry: lock %q with ttl %v: %w", h.key, ttl, ErrInvalidTTL)
+	}
+	l, err := h.reg.pin(h)
+	if err != nil {
+		return false, h.wrap("lock", err)
+	}
+	if ok, err := l.takeLocal(ctx, mode); !ok {
+		l.reg.unpin(l)
+		return false, h.wrap("lock", err)
+	}
+	return l.takeLease(ctx, ttl, mode)
+}
+
+// takeLocal waits for the key's local primitive as mode allows.
+func (l *lock) takeLocal(ctx context.Context, mode waitMode) (bool, error) {
+	select {
+	case l.sem <- struct{}{}:
+		return true, nil
+	default:
+	}
+	if mode == waitNever {
+		return false, nil
+	}
+	select {
+	case l.sem <- struct{}{}:
+		return true, nil
+	case <-ctx.Done():
+		return false, deadlineIsNotError(ctx, mode)
+	case <-l.reg.done:
+		return false, ErrClosed
+	}
+}
+
+// deadlineIsNotError turns the passing of a TryLockContext deadline into a
+// plain "not acquired".
+func deadlineIsNotError(ctx context.Context, mode waitMode) error {
+	err := ctx.Err()
+	if mode == waitUntilDeadline && errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	return err
+}
+
+// takeLease asks the repository for the lease, holding the local primitive,
+// until acquired or mode says stop; when it fails it gives the local
+// primitive up. If the last attempt failed in a way that may have committed
+// anyway (a cancellation or a dropped connection), the lease is released in
+// the background before the local primitive is given up, so that no one in
+// this process can take the key while a stale release is pending.
+func (l *lock) takeLease(ctx context.Context, ttl time.Duration, mode waitMode) (acquired bool, err error) {
+	var (
+		bo        = newBackoff(l.reg.opts.idle)
+		ambiguous bool
+		timer     *time.Timer
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+		switch {
+		case acquired:
+		case ambiguous:
+			l.cleanup(ttl)
+		default:
+			l.releaseLocal()
+		}
+	}()
+	for {
+		if ctx.Err() != nil {
+			return false, l.wrap("lock", deadlineIsNotError(ctx, mode))
+		}
+		ok, aerr := l.attempt(ctx, ttl, func(ctx context.Context) (bool, error) {
+			return l.reg.repo.Acquire(ctx, l.key, ttl)
+		})
+		ambiguous = aerr != nil && (errors.Is(aerr, ErrTransient) || ctx.Err() != nil)
+		var delay time.Duration
+		switch {
+		case aerr == nil && ok:
+			l.mu.Lock()
+			l.ttl, l.renewed = ttl, time.Now()
+			l.mu.Unlock()
+			l.held.Store(true)
+			return true, nil
+		case aerr == nil:
+			if mode == waitNever {
+				return false, nil
+			}
+			bo.reset()
+			delay = l.reg.opts.idle
+		case ctx.Err() != nil:
+			return false, l.wrap("lock", deadlineIsNotError(ctx, mode))
+		case errors.Is(aerr, ErrTransient):
+			if mode == waitNever {
+				return false, l.wrap("lock", aerr)
+			}
+			l.reg.report(l.key, l.wrap("lock (retrying)", aerr))
+			delay = bo.next()
+		default:
+			return false, l.wrap("lock", aerr)
+		}
+		if deadline, ok := ctx.Deadline(); ok {
+			delay = min(delay, time.Until(deadline))
+		}
+		if timer == nil {
+			timer = time.NewTimer(delay)
+		} else {
+			timer.Reset(delay)
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return false, l.wrap("lock", deadlineIsNotError(ctx, mode))
+		case <-l.reg.done:
+			return false, l.wrap("lock", ErrClosed)
+		}
+	}
+}
+
+// attempt runs one repository call, bounded by ttl: a statement that takes
+// longer than a lease would return a lease already expired.
+func (l *lock) attempt(ctx context.Context, ttl time.Duration, call func(context.Context) (bool, error)) (bool, error) {
+	actx, cancel := context.WithTimeout(ctx, ttl)
+	defer cancel()
+	ok, err := call(actx)
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		// Our own per-attempt timeout, not the caller's: worth a retry.
+		err = Transient(err)
+	}
+	return ok, err
+}
+
+// cleanup releases a lease that an abandoned attempt may have taken, then
+// gives up the local primitive. It runs in the background so that the caller
+// returns by its deadline, unless the registry is closing.
+func (l *lock) cleanup(ttl time.Duration) {
+	run := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), ttl)
+		defer cancel()
+		if err := l.reg.repo.Release(ctx, l.key); err != nil && !errors.Is(err, ErrLockLost) {
+			l.reg.report(l.key, l.wrap("release of abandoned attempt", err))
+		}
+		l.releaseLocal()
+	}
+	if !l.reg.startCleanup() {
+		run()
+		return
+	}
+	go func() {
+		defer l.reg.endCleanup()
+		run()
+	}()
+}
+
+// releaseLocal gives up the local primitive and the registry pin.
+func (l *lock) releaseLocal() {
+	<-l.sem
+	l.reg.unpin(l)
+}
+
+func (h *lock) Unlock() {
+	if err := h.UnlockContext(context.Background()); err != nil {
+		if errors.Is(err, ErrNotHeld) {
+			panic("registry: unlock of unlocked lock " + fmt.Sprintf("%q", h.key))
+		}
+		h.reg.report(h.key, err)
+	}
+}
+
+func (h *lock) UnlockContext(ctx context.Context) error {
+	l := h.reg.holder(h.key)
+	if l == nil || !l.held.CompareAndSwap(true, false) {
+		return h.wrap("unlock", ErrNotHeld)
+	}
+	defer l.releaseLocal()
+	return l.retry(ctx, "unlock", func(ctx context.Context) error {
+		return l.reg.repo.Release(ctx, l.key)
+	})
+}
+
+func (h *lock) Renew(ctx context.Context) error {
+	return h.renew(ctx, 0)
+}
+
+func (h *lock) RenewTTL(ctx context.Context, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("registry: renew %q with ttl %v: %w", h.key, ttl, ErrInvalidTTL)
+	}
+	return h.renew(ctx, ttl)
+}
+
+func (h *lock) renew(ctx context.Context, ttl time.Duration) error {
+	l := h.reg.holder(h.key)
+	if l == nil || !l.held.Load() {
+		return h.wrap("renew", ErrNotHeld)
+	}
+	l.mu.Lock()
+	if ttl == 0 {
+		ttl = l.ttl
+	}
+	l.mu.Unlock()
+	err := l.retry(ctx, "renew", func(ctx context.Context) error {
+		return l.reg.repo.Renew(ctx, l.key, ttl)
+	})
+	if err == nil {
+		l.mu.Lock()
+		l.ttl, l.renewed = ttl, time.Now()
+		l.mu.Unlock()
+	}
+	return err
+}
+
+// retry runs a release or renewal, retrying transient errors with backoff
+// until ctx is done or the lease has run out its TTL, after which a retry
+// could no longer matter.
+func (l *lock) retry(ctx context.Context, op string, call func(context.Context) error) error {
+	l.mu.Lock()
+	ttl, expiry := l.ttl, l.renewed.Add(l.ttl)
+	l.mu.Unlock()
+	bo := newBackoff(l.reg.opts.idle)
+	for {
+		_, err := l.attempt(ctx, ttl, func(ctx context.Context) (bool, error) {
+			return false, call(ctx)
+		})
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil || !errors.Is(err, ErrTransient):
+			return l.wrap(op, err)
+		}
+		delay := bo.next()
+		if time.Until(expiry) < delay {
+			return l.wrap(op, fmt.Errorf("gave up as the lease expired: %w", err))
+		}
+		l.reg.report(l.key, l.wrap(op+" (retrying)", err))
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return l.wrap(op, ctx.Err())
+		}
+	}
+}
+
+func (h *lock) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("registry: %s %q: %w", op, h.key, err)
+}

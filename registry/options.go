@@ -1,0 +1,77 @@
+package registry
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Default settings, as in Spring Integration's JdbcLockRegistry.
+const (
+	DefaultTTL              = 10 * time.Second
+	DefaultIdleBetweenTries = 100 * time.Millisecond
+	DefaultCacheCapacity    = 100_000
+)
+
+// An Option configures a [Registry].
+type Option func(*options)
+
+type options struct {
+	ttl           time.Duration
+	idle          time.Duration
+	cacheCapacity int
+	errorHandler  func(key string, err error)
+}
+
+func defaultOptions() options {
+	return options{
+		ttl:           DefaultTTL,
+		idle:          DefaultIdleBetweenTries,
+		cacheCapacity: DefaultCacheCapacity,
+		errorHandler:  logError,
+	}
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.ttl <= 0:
+		return fmt.Errorf("registry: WithTTL(%v): %w", o.ttl, ErrInvalidTTL)
+	case o.idle <= 0:
+		return fmt.Errorf("registry: WithIdleBetweenTries(%v): must be positive", o.idle)
+	case o.cacheCapacity <= 0:
+		return fmt.Errorf("registry: WithCacheCapacity(%d): must be positive", o.cacheCapacity)
+	case o.errorHandler == nil:
+		return fmt.Errorf("registry: WithErrorHandler(nil)")
+	}
+	return nil
+}
+
+// WithTTL sets how long a lease lasts unless renewed (default 10 s). A holder
+// that stalls longer than the TTL loses the lock to the next process that
+// asks. It must be positive.
+func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
+
+// WithIdleBetweenTries sets how long a waiter sleeps after finding the lease
+// held by another process before it asks the repository again (default
+// 100 ms). It bounds the cross-process hand-off latency and the load that
+// waiting puts on the database: one statement per key per process per
+// interval. It must be positive.
+func WithIdleBetweenTries(d time.Duration) Option { return func(o *options) { o.idle = d } }
+
+// WithCacheCapacity sets how many idle lock objects the registry keeps
+// (default 100 000). Locks that are held or waited on are never evicted and
+// are not counted. It must be positive.
+func WithCacheCapacity(n int) Option { return func(o *options) { o.cacheCapacity = n } }
+
+// WithErrorHandler sets the function that receives errors that have no
+// caller to return to: a lease found lost by [Lock.Unlock], transient
+// repository errors that the registry retries, and failed clean-ups. It is
+// called synchronously and must not block. The default logs with
+// [log/slog] at error level.
+func WithErrorHandler(f func(key string, err error)) Option {
+	return func(o *options) { o.errorHandler = f }
+}
+
+func logError(key string, err error) {
+	slog.Error("lockreg: lock error", "key", key, "err", err)
+}

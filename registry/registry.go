@@ -1,0 +1,216 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+)
+
+// LockRegistry hands out locks by key. Obtaining a lock costs no I/O; the
+// same key always yields locks that exclude each other.
+type LockRegistry interface {
+	Obtain(key string) Lock
+}
+
+// Registry is a [LockRegistry] whose locks hold leases in a [Repository].
+// It is safe for concurrent use. Make one with [New] or [NewLocal].
+type Registry struct {
+	repo Repository
+	opts options
+
+	mu     sync.Mutex
+	active map[string]*lock              // held or awaited: never evicted
+	idle   *simplelru.LRU[string, *lock] // neither held nor awaited
+	closed bool
+	done   chan struct{} // closed by Close: wakes every waiter
+	// cleanups counts goroutines releasing leases that an abandoned
+	// acquisition may have taken; Close waits for them through drained.
+	cleanups int
+	drained  chan struct{}
+}
+
+var _ LockRegistry = (*Registry)(nil)
+
+// New returns a registry whose locks take leases in repo. The registry owns
+// repo from then on: [Registry.Close] closes it, and no other registry may
+// use it.
+//
+// New panics if repo is nil or an option is invalid (a TTL, idle interval or
+// capacity that is not positive): these are programmer errors.
+func New(repo Repository, opts ...Option) *Registry {
+	if repo == nil {
+		panic("registry: New with nil Repository")
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		panic(err)
+	}
+	idle, err := simplelru.NewLRU[string, *lock](o.cacheCapacity, nil)
+	if err != nil {
+		panic(fmt.Sprintf("registry: %v", err))
+	}
+	return &Registry{
+		repo:   repo,
+		opts:   o,
+		active: make(map[string]*lock),
+		idle:   idle,
+		done:   make(chan struct{}),
+	}
+}
+
+// NewLocal returns a registry whose locks exclude each other only within this
+// process: Spring's DefaultLockRegistry, for tests and single instances. It
+// needs no database; leases never expire and renewals always succeed. Unlike
+// Spring's, distinct keys never share a lock.
+func NewLocal(opts ...Option) *Registry {
+	return New(localRepository{}, opts...)
+}
+
+// Obtain returns the lock for key. It performs no I/O and never fails: every
+// string, including the empty one, is a valid key. While a key's lock is
+// cached, Obtain returns the same object; once an idle lock has been evicted,
+// Obtain returns a new object, which still excludes the old one.
+func (r *Registry) Obtain(key string) Lock {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l, ok := r.active[key]; ok {
+		return l
+	}
+	if l, ok := r.idle.Get(key); ok {
+		return l
+	}
+	l := newLock(r, key)
+	r.idle.Add(key, l)
+	return l
+}
+
+// ExpireUnusedOlderThan drops idle lock objects last used at least age ago
+// (all of them for a negative age). It never touches held or awaited locks
+// and performs no I/O; it costs time linear in the number of cached locks.
+func (r *Registry) ExpireUnusedOlderThan(age time.Duration) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, key := range r.idle.Keys() {
+		if l, ok := r.idle.Peek(key); ok && now.Sub(l.lastUsed) >= age {
+			r.idle.Remove(key)
+		}
+	}
+}
+
+// Close stops the registry: goroutines waiting for a lock return [ErrClosed]
+// (or, in [Lock.Lock], panic with it) and later lock attempts fail with it.
+// Locks held at Close stay held until they are unlocked, which still works.
+// Close then waits, until ctx is done, for clean-ups of abandoned attempts,
+// and closes the repository, which releases this client's leftover leases
+// but none that are held. Closing a closed registry returns nil.
+func (r *Registry) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	close(r.done)
+	var drained chan struct{}
+	if r.cleanups > 0 {
+		r.drained = make(chan struct{})
+		drained = r.drained
+	}
+	r.mu.Unlock()
+	if drained != nil {
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			return fmt.Errorf("registry: close: %w", ctx.Err())
+		}
+	}
+	return r.repo.Close(ctx)
+}
+
+// pin returns the lock object that carries the state of h's key, marking it
+// in use so that it cannot be evicted until unpin. A stale h (evicted and
+// replaced) is redirected to the live object of its key.
+func (r *Registry) pin(h *lock) (*lock, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	l := r.active[h.key]
+	if l == nil {
+		if c, ok := r.idle.Peek(h.key); ok {
+			l = c
+			r.idle.Remove(h.key)
+		} else {
+			l = h
+		}
+		r.active[h.key] = l
+	}
+	l.refs++
+	return l, nil
+}
+
+// unpin ends one use of l; the last use moves it back to the idle cache.
+func (r *Registry) unpin(l *lock) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l.refs--
+	if l.refs > 0 {
+		return
+	}
+	delete(r.active, l.key)
+	l.lastUsed = time.Now()
+	r.idle.Add(l.key, l)
+}
+
+// holder returns the live lock object of key if it is in use.
+func (r *Registry) holder(key string) *lock {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.active[key]
+}
+
+// startCleanup registers a clean-up goroutine. It reports false once the
+// registry is closed, because Close no longer waits for new goroutines; the
+// caller then cleans up synchronously.
+func (r *Registry) startCleanup() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.cleanups++
+	return true
+}
+
+func (r *Registry) endCleanup() {
+	r.mu.Lock()
+	r.cleanups--
+	if r.cleanups == 0 && r.drained != nil {
+		close(r.drained)
+		r.drained = nil
+	}
+	r.mu.Unlock()
+}
+
+func (r *Registry) report(key string, err error) {
+	r.opts.errorHandler(key, err)
+}
+
+// localRepository grants every lease: the local per-key primitive alone
+// provides exclusion.
+type localRepository struct{}
+
+func (localRepository) Acquire(context.Context, string, time.Duration) (bool, error) {
+	return true, nil
+}
+func (localRepository) Renew(context.Context, string, time.Duration) error { return nil }
+func (localRepository) Release(context.Context, string) error              { return nil }
+func (localRepository) Close(context.Context) error                        { return nil }

@@ -1,0 +1,84 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Repository is the storage a [Registry] keeps its leases in: one client of a
+// shared lock table. Every Repository value is one client with its own
+// identity; two registries must not share one Repository, because both would
+// own the same leases.
+//
+// A Registry calls a Repository for a given key from at most one goroutine at
+// a time, so implementations need not serialize calls per key, but they must
+// be safe for concurrent use across keys.
+//
+// Errors: an implementation wraps errors that may succeed on retry
+// (serialization failures, deadlocks, lock-wait timeouts, dropped connections)
+// so that errors.Is(err, [ErrTransient]) reports true, and returns errors that
+// wrap [ErrLockLost] when a lease is no longer this client's. When ctx is done
+// it returns an error that wraps ctx.Err().
+type Repository interface {
+	// Acquire takes the lease on key for ttl if nobody holds it, if it has
+	// expired, or if this client already holds it (then it is extended to
+	// ttl). It reports false with a nil error when another client holds an
+	// unexpired lease.
+	Acquire(ctx context.Context, key string, ttl time.Duration) (bool, error)
+
+	// Renew extends this client's unexpired lease on key to ttl from now. It
+	// returns an error wrapping ErrLockLost when the lease has expired or
+	// belongs to another client; it never revives an expired lease.
+	Renew(ctx context.Context, key string, ttl time.Duration) error
+
+	// Release gives up this client's lease on key. It returns an error
+	// wrapping ErrLockLost when the lease belongs to another client or no
+	// longer exists.
+	Release(ctx context.Context, key string) error
+
+	// Close releases this client's leases that it does not currently hold
+	// (left behind, for example, by a release that failed) and refuses later
+	// Acquire calls with an error wrapping ErrClosed. Renew and Release keep
+	// working so that locks held at Close can still be unlocked.
+	Close(ctx context.Context) error
+}
+
+var (
+	// ErrLockLost reports that a lease expired and is no longer this
+	// holder's: another client may have taken it, so the data it guarded may
+	// have been changed by someone else.
+	ErrLockLost = errors.New("registry: lock lost")
+
+	// ErrNotHeld reports an unlock or renewal of a lock that this registry
+	// does not hold.
+	ErrNotHeld = errors.New("registry: lock not held")
+
+	// ErrClosed reports use of a closed Registry or Repository.
+	ErrClosed = errors.New("registry: closed")
+
+	// ErrTransient marks repository errors that may succeed when retried.
+	// Repositories wrap such errors so that errors.Is(err, ErrTransient)
+	// holds; the registry retries them with capped, jittered backoff.
+	ErrTransient = errors.New("registry: transient error")
+
+	// ErrInvalidTTL reports a lease duration that is not positive.
+	ErrInvalidTTL = errors.New("registry: ttl must be positive")
+)
+
+// Transient wraps err so that errors.Is(err, ErrTransient) reports true while
+// errors.Is and errors.As still see err. It returns nil for a nil err.
+func Transient(err error) error {
+	if err == nil {
+		return nil
+	}
+	return transientError{err}
+}
+
+type transientError struct{ err error }
+
+func (e transientError) Error() string { return e.err.Error() }
+func (e transientError) Unwrap() error { return e.err }
+func (e transientError) Is(target error) bool {
+	return target == ErrTransient
+}
