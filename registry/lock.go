@@ -191,10 +191,21 @@ func (l *lock) takeLocal(ctx context.Context, mode waitMode) (bool, error) {
 	}
 }
 
+// pastDeadline reports whether ctx's deadline has passed by the clock, which
+// may be a moment before ctx itself notices. Not starting a statement then
+// avoids abandoning it half-way.
+func pastDeadline(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
 // deadlineIsNotError turns the passing of a TryLockContext deadline into a
 // plain "not acquired".
 func deadlineIsNotError(ctx context.Context, mode waitMode) error {
 	err := ctx.Err()
+	if err == nil {
+		err = context.DeadlineExceeded // pastDeadline
+	}
 	if mode == waitUntilDeadline && errors.Is(err, context.DeadlineExceeded) {
 		return nil
 	}
@@ -226,7 +237,7 @@ func (l *lock) takeLease(ctx context.Context, ttl time.Duration, mode waitMode) 
 		}
 	}()
 	for {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || pastDeadline(ctx) {
 			return false, l.wrap("lock", deadlineIsNotError(ctx, mode))
 		}
 		ok, aerr := l.attempt(ctx, ttl, func(ctx context.Context) (bool, error) {
