@@ -1,0 +1,53 @@
+package registry_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/lockreg/lockreg/registry"
+)
+
+// BenchmarkLocalLockUnlock measures the registry's own overhead per
+// lock/unlock cycle, with a repository that does no I/O.
+func BenchmarkLocalLockUnlock(b *testing.B) {
+	r := registry.NewLocal()
+	defer r.Close(context.Background())
+	l := r.Obtain("k")
+	for b.Loop() {
+		l.Lock()
+		l.Unlock()
+	}
+}
+
+// BenchmarkLocalLockUnlockParallel runs cycles on distinct keys from every
+// goroutine, which contend only on the registry's cache.
+func BenchmarkLocalLockUnlockParallel(b *testing.B) {
+	r := registry.NewLocal()
+	defer r.Close(context.Background())
+	var n atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		l := r.Obtain(strconv.FormatInt(n.Add(1), 10))
+		for pb.Next() {
+			l.Lock()
+			l.Unlock()
+		}
+	})
+}
+
+// BenchmarkObtainDistinctKeys fills the cache with 100 000 idle locks.
+func BenchmarkObtainDistinctKeys(b *testing.B) {
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = "key-" + strconv.Itoa(i)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		r := registry.NewLocal()
+		for _, k := range keys {
+			r.Obtain(k)
+		}
+		r.Close(context.Background())
+	}
+}
