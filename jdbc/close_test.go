@@ -1,0 +1,305 @@
+package jdbc_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lockreg/lockreg/jdbc"
+	"github.com/lockreg/lockreg/registry"
+)
+
+func TestCloseDeletesUnheldRowsButNotHeldOnes(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		region, repo, other := twoClients(t, db)
+		mustAcquire(t, repo, "held", longTTL)
+		mustAcquire(t, other, "theirs", longTTL)
+		// A row of this client it does not hold: left behind by a failed
+		// release, or by an earlier process with the same client id.
+		now := time.Now()
+		db.insertSpringRow(t, table, region, jdbc.UUIDKey("left-behind"), repo.ClientID(), now, now.Add(time.Hour))
+
+		if err := repo.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		wantNoRow(t, db, region, "left-behind")
+		wantOwner(t, db, region, "held", repo)
+		wantOwner(t, db, region, "theirs", other)
+	})
+}
+
+func TestCloseWithNothingHeldDeletesAllItsRows(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		region, repo, other := twoClients(t, db)
+		mustAcquire(t, repo, "released", longTTL)
+		if err := repo.Release(t.Context(), "released"); err != nil {
+			t.Fatal(err)
+		}
+		mustAcquire(t, other, "theirs", longTTL)
+		now := time.Now()
+		db.insertSpringRow(t, table, region, jdbc.UUIDKey("left-1"), repo.ClientID(), now, now.Add(time.Hour))
+		db.insertSpringRow(t, table, region, jdbc.UUIDKey("left-2"), repo.ClientID(), now, now.Add(-time.Hour))
+
+		if err := repo.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		wantNoRow(t, db, region, "left-1")
+		wantNoRow(t, db, region, "left-2")
+		wantOwner(t, db, region, "theirs", other)
+	})
+}
+
+func TestCloseSparesALockBeingAcquired(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		if db.Dialect == jdbc.SQLite {
+			t.Skip("SQLite locks the whole database: Close would wait for the blocking transaction too")
+		}
+		region := randomRegion()
+		repo := newRepo(t, db, jdbc.WithRegion(region))
+		now := time.Now()
+		// This client's rows, not held: one that an Acquire is about to take
+		// (the row it waits for) and one left behind.
+		db.insertSpringRow(t, table, region, jdbc.UUIDKey("in-flight"), repo.ClientID(), now, now.Add(-time.Minute))
+		db.insertSpringRow(t, table, region, jdbc.UUIDKey("left-behind"), repo.ClientID(), now, now.Add(time.Hour))
+
+		blocker, unblock := db.blockRow(t, table, region, jdbc.UUIDKey("in-flight"))
+		type result struct {
+			ok  bool
+			err error
+		}
+		acquired := make(chan result, 1)
+		go func() {
+			ok, err := repo.Acquire(context.Background(), "in-flight", longTTL)
+			acquired <- result{ok, err}
+		}()
+		db.waitBlocked(t, blocker) // the Acquire statement is in flight
+
+		closed := make(chan error, 1)
+		go func() { closed <- repo.Close(context.Background()) }()
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(15 * time.Second):
+			unblock()
+			<-acquired
+			<-closed
+			t.Fatal("Close waited for the row being acquired: it tried to delete it")
+		}
+		unblock()
+		if r := <-acquired; r.err != nil || !r.ok {
+			t.Fatalf("Acquire = %v, %v; want true, nil", r.ok, r.err)
+		}
+		wantOwner(t, db, region, "in-flight", repo)
+		wantNoRow(t, db, region, "left-behind")
+	})
+}
+
+func TestFailedReacquireKeepsTheLockHeld(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		region := randomRegion()
+		repo := newRepo(t, db, jdbc.WithRegion(region))
+		mustAcquire(t, repo, "k", longTTL)
+		canceled, cancel := context.WithCancel(t.Context())
+		cancel()
+		if _, err := repo.Acquire(canceled, "k", longTTL); err == nil {
+			t.Fatal("Acquire with a canceled context succeeded")
+		}
+		if err := repo.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		wantOwner(t, db, region, "k", repo)
+	})
+}
+
+func TestAcquireAfterCloseIsErrClosedWhileRenewAndReleaseWork(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		region := randomRegion()
+		repo := newRepo(t, db, jdbc.WithRegion(region))
+		mustAcquire(t, repo, "held", longTTL)
+		if err := repo.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := repo.Acquire(t.Context(), "new", longTTL); ok || !errors.Is(err, registry.ErrClosed) {
+			t.Fatalf("Acquire after Close = %v, %v; want false and an error wrapping registry.ErrClosed", ok, err)
+		}
+		wantNoRow(t, db, region, "new")
+		if err := repo.Renew(t.Context(), "held", longTTL); err != nil {
+			t.Fatalf("Renew after Close: %v", err)
+		}
+		if err := repo.Release(t.Context(), "held"); err != nil {
+			t.Fatalf("Release after Close: %v", err)
+		}
+		wantNoRow(t, db, region, "held")
+	})
+}
+
+func TestCloseIsIdempotent(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		repo := newRepo(t, db)
+		mustAcquire(t, repo, "k", longTTL)
+		for range 3 {
+			if err := repo.Close(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+func TestCustomAcquireQueryIsUsed(t *testing.T) {
+	// Spring's documented tweak, "insert only if absent", writing a
+	// recognisable CREATED_DATE.
+	queries := map[jdbc.Dialect]string{
+		jdbc.Postgres: `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER)
+			VALUES (:lock_key, :region, :client_id, CAST(DATE '2000-01-01' AS TIMESTAMP),
+			timezone('UTC', now()) + CAST(:ttl AS BIGINT) * INTERVAL '1 microsecond')
+			ON CONFLICT DO NOTHING`,
+		jdbc.MySQL: `INSERT IGNORE INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER)
+			VALUES (:lock_key, :region, :client_id, DATE '2000-01-01', UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND)`,
+		jdbc.SQLite: `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER)
+			VALUES (:lock_key, :region, :client_id, '2000-01-01 00::00::00.000',
+			strftime('%Y-%m-%d %H::%M::%f', 'now', printf('%.6f seconds', :ttl / 1000000.0)))
+			ON CONFLICT DO NOTHING`,
+	}
+	forEachDB(t, func(t *testing.T, db testDB) {
+		region := randomRegion()
+		opt := jdbc.WithAcquireQuery(queries[db.Dialect])
+		a := newRepo(t, db, jdbc.WithRegion(region), opt)
+		b := newRepo(t, db, jdbc.WithRegion(region), opt)
+		mustAcquire(t, a, "k", longTTL)
+		mustNotAcquire(t, b, "k", longTTL)
+		if l := wantOwner(t, db, region, "k", a); l.Created.Year() != 2000 {
+			t.Fatalf("CREATED_DATE = %v; the custom query was not used", l.Created)
+		}
+	})
+}
+
+// nowPlusTTL is the database's now + :ttl in each dialect, for custom
+// queries.
+var nowPlusTTL = map[jdbc.Dialect]string{
+	jdbc.Postgres: `timezone('UTC', now()) + CAST(:ttl AS BIGINT) * INTERVAL '1 microsecond'`,
+	jdbc.MySQL:    `UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND`,
+	jdbc.SQLite:   `strftime('%Y-%m-%d %H::%M::%f', 'now', printf('%.6f seconds', :ttl / 1000000.0))`,
+}
+
+func TestCustomRenewQueryIsUsed(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		// Spring's renew: no expiry check, so it revives an expired lease.
+		repo := newRepo(t, db, jdbc.WithRenewQuery(`UPDATE %sLOCK SET EXPIRED_AFTER = `+nowPlusTTL[db.Dialect]+
+			` WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`))
+		mustAcquire(t, repo, "k", shortTTL)
+		expire()
+		if err := repo.Renew(t.Context(), "k", longTTL); err != nil {
+			t.Fatalf("the custom renew query was not used: %v", err)
+		}
+	})
+}
+
+func TestCustomReleaseQueryIsUsed(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		region, a, b := twoClients(t, db)
+		// A forced release, whoever holds the lock.
+		forcing := newRepo(t, db, jdbc.WithRegion(region),
+			jdbc.WithReleaseQuery(`DELETE FROM %sLOCK WHERE REGION = :region AND LOCK_KEY = :lock_key`))
+		mustAcquire(t, a, "k", longTTL)
+		if err := forcing.Release(t.Context(), "k"); err != nil {
+			t.Fatalf("the custom release query was not used: %v", err)
+		}
+		mustAcquire(t, b, "k", longTTL)
+	})
+}
+
+func TestLockContentionIsTransient(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		region := randomRegion()
+		other := newRepo(t, db, jdbc.WithRegion(region))
+		mustAcquire(t, other, "k", longTTL)
+
+		// The repository's own connection gives up waiting for locks quickly.
+		conn := db.conn(t)
+		setting := map[jdbc.Dialect]string{
+			jdbc.Postgres: `SET lock_timeout = '100ms'`,
+			jdbc.MySQL:    `SET SESSION innodb_lock_wait_timeout = 1`,
+			jdbc.SQLite:   `PRAGMA busy_timeout = 0`,
+		}[db.Dialect]
+		if _, err := conn.ExecContext(t.Context(), setting); err != nil {
+			t.Fatal(err)
+		}
+		repo := newRepoOn(t, conn, jdbc.WithRegion(region))
+
+		_, unblock := db.blockRow(t, table, region, jdbc.UUIDKey("k"))
+		_, err := repo.Acquire(t.Context(), "k", longTTL)
+		unblock()
+		if !errors.Is(err, registry.ErrTransient) {
+			t.Fatalf("got %v, want an error wrapping registry.ErrTransient", err)
+		}
+		wantCode(t, db.Dialect, err, map[jdbc.Dialect]string{jdbc.Postgres: "55P03", jdbc.MySQL: "1205", jdbc.SQLite: "5"}[db.Dialect])
+	})
+}
+
+func TestDeadlineWhileWaitingWrapsTheContextError(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		region := randomRegion()
+		other := newRepo(t, db, jdbc.WithRegion(region))
+		mustAcquire(t, other, "k", longTTL)
+		var repo *jdbc.LockRepository
+		if db.Dialect == jdbc.SQLite {
+			// A busy handler that outwaits the deadline.
+			repo = newRepoOn(t, openPool(t, db.driver, db.dsn), jdbc.WithRegion(region))
+		} else {
+			repo = newRepo(t, db, jdbc.WithRegion(region))
+		}
+
+		_, unblock := db.blockRow(t, table, region, jdbc.UUIDKey("k"))
+		defer unblock()
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		_, err := repo.Acquire(ctx, "k", longTTL)
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, registry.ErrTransient) {
+			t.Fatalf("got %v, want an error wrapping context.DeadlineExceeded, not transient", err)
+		}
+	})
+}
+
+func TestCanceledContextIsNotTransient(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		repo := newRepo(t, db)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, err := repo.Acquire(ctx, "k", longTTL)
+		if !errors.Is(err, context.Canceled) || errors.Is(err, registry.ErrTransient) {
+			t.Fatalf("Acquire: got %v, want an error wrapping context.Canceled, not transient", err)
+		}
+		err = repo.Release(ctx, "k")
+		if !errors.Is(err, context.Canceled) || errors.Is(err, registry.ErrLockLost) {
+			t.Fatalf("Release: got %v, want an error wrapping context.Canceled", err)
+		}
+	})
+}
+
+func TestUnreachableServerIsTransient(t *testing.T) {
+	for _, c := range []struct{ name, driver, dsn string }{
+		{"postgres-pgx", "pgx", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5"},
+		{"postgres-pq", "postgres", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5"},
+		{"mariadb", "mysql", "root@tcp(127.0.0.1:1)/test?timeout=5s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db := openPool(t, c.driver, c.dsn)
+			repo, err := jdbc.NewLockRepository(db) // no I/O
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = repo.Acquire(t.Context(), uuid.NewString(), longTTL)
+			if !errors.Is(err, registry.ErrTransient) {
+				t.Fatalf("Acquire: got %v, want an error wrapping registry.ErrTransient", err)
+			}
+			if err := repo.Close(t.Context()); !errors.Is(err, registry.ErrTransient) {
+				t.Fatalf("Close: got %v, want an error wrapping registry.ErrTransient", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,160 @@
+package jdbc
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/lockreg/lockreg/registry"
+)
+
+var (
+	// ErrNoTable reports that the lock table does not exist. The returned
+	// error wraps it, names the table (with its prefix) and says how to
+	// create it.
+	ErrNoTable = errors.New("jdbc: lock table missing")
+
+	// ErrInvalidOption reports an invalid option value (or an invalid result
+	// of the WithKeyMapping function). The returned error wraps it and names
+	// the option.
+	ErrInvalidOption = errors.New("jdbc: invalid option")
+
+	// ErrUnknownDialect reports a database whose driver jdbc does not
+	// recognise when no WithDialect option is given.
+	ErrUnknownDialect = errors.New("jdbc: unknown dialect")
+)
+
+// sqlState is implemented by *pgconn.PgError (pgx) and *pq.Error (lib/pq).
+type sqlState interface{ SQLState() string }
+
+// sqliteCode is implemented by *sqlite.Error (modernc.org/sqlite).
+type sqliteCode interface{ Code() int }
+
+// isTransient reports whether err may go away on retry: serialization
+// failures, deadlocks, lock-wait timeouts, busy databases and broken
+// connections. It looks at error codes and types, never at messages.
+func isTransient(err error) bool {
+	var st sqlState
+	if errors.As(err, &st) {
+		switch code := st.SQLState(); code {
+		case "40001", // serialization_failure
+			"40P01", // deadlock_detected
+			"55P03", // lock_not_available (lock_timeout, NOWAIT)
+			"57014", // query_canceled (statement_timeout; a done ctx is handled before)
+			"57P01", // admin_shutdown
+			"57P02", // crash_shutdown
+			"57P03", // cannot_connect_now
+			"53300": // too_many_connections
+			return true
+		default:
+			if strings.HasPrefix(code, "08") { // connection exception
+				return true
+			}
+		}
+	}
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		switch my.Number {
+		case 1205, // ER_LOCK_WAIT_TIMEOUT
+			1213, // ER_LOCK_DEADLOCK
+			1040, // ER_CON_COUNT_ERROR
+			1053, // ER_SERVER_SHUTDOWN
+			1927, // ER_CONNECTION_KILLED (MariaDB)
+			4031: // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+)
+			return true
+		}
+	}
+	var lite sqliteCode
+	if errors.As(err, &lite) {
+		switch lite.Code() & 0xff {
+		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED and their extended codes
+			return true
+		}
+	}
+	if errors.Is(err, mysql.ErrInvalidConn) ||
+		errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	var retry interface{ SafeToRetry() bool }
+	return errors.As(err, &retry) && retry.SafeToRetry()
+}
+
+// isNoTable reports whether err says the table does not exist, by code.
+// SQLite has no such code; see LockRepository.sqliteTableMissing.
+func isNoTable(err error) bool {
+	var st sqlState
+	if errors.As(err, &st) && st.SQLState() == "42P01" { // undefined_table
+		return true
+	}
+	var my *mysql.MySQLError
+	return errors.As(err, &my) && my.Number == 1146 // ER_NO_SUCH_TABLE
+}
+
+// wrap gives a database error its context (what, as made by opKey) and
+// classification: an error wrapping ctx.Err() when ctx is done, a transient
+// error, an error wrapping ErrNoTable, or err as it is.
+func (r *LockRepository) wrap(ctx context.Context, what string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		if errors.Is(err, ctxErr) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return fmt.Errorf("%s: %w: %w", what, ctxErr, err)
+	}
+	if isTransient(err) {
+		return registry.Transient(fmt.Errorf("%s: %w", what, err))
+	}
+	if isNoTable(err) || r.sqliteTableMissing(ctx) {
+		return fmt.Errorf("%s: %w", what, r.noTable(err))
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// opKey describes operation op on a caller's key for error messages.
+func opKey(op, key string) string { return "jdbc: " + op + " " + quote(key) }
+
+func (r *LockRepository) noTable(err error) error {
+	return fmt.Errorf("%w: table %s does not exist; create it with jdbc.CreateSchema or the scripts in lockreg's sql/%s folder: %w",
+		ErrNoTable, r.cfg.table, r.cfg.dialect, err)
+}
+
+// sqliteTableMissing reports whether the repository is on SQLite and its
+// table is not in sqlite_master. It costs a query, made only for errors
+// that are not transient.
+func (r *LockRepository) sqliteTableMissing(ctx context.Context) bool {
+	if r.cfg.dialect != SQLite {
+		return false
+	}
+	var n int
+	err := r.db.QueryRowContext(ctx,
+		`SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND lower(name) = lower(?)`, r.cfg.table).Scan(&n)
+	return err == nil && n == 0
+}
+
+// maxQuotedKey bounds how much of a key error messages repeat.
+const maxQuotedKey = 128
+
+// quote quotes a caller's key or option value for an error message,
+// shortening long ones.
+func quote(s string) string {
+	if len(s) <= maxQuotedKey {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:maxQuotedKey]) + "..." + "(" + strconv.Itoa(len(s)) + " bytes)"
+}

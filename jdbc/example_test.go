@@ -1,0 +1,100 @@
+package jdbc_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"time"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/lockreg/lockreg/jdbc"
+)
+
+func Example() {
+	dir, err := os.MkdirTemp("", "lockreg-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "locks.db")+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+
+	// Create INT_LOCK once; doing it again is harmless.
+	if err := jdbc.CreateSchema(ctx, db); err != nil {
+		log.Fatal(err)
+	}
+
+	// Two clients of one lock table, as two processes would be.
+	alice, err := jdbc.NewLockRepository(db, jdbc.WithRegion("orders"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer alice.Close(ctx)
+	bob, err := jdbc.NewLockRepository(db, jdbc.WithRegion("orders"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer bob.Close(ctx)
+
+	ok, err := alice.Acquire(ctx, "order-42", 30*time.Second)
+	fmt.Println("alice acquires:", ok, err)
+	ok, err = bob.Acquire(ctx, "order-42", 30*time.Second)
+	fmt.Println("bob acquires while alice holds it:", ok, err)
+
+	fmt.Println("alice releases:", alice.Release(ctx, "order-42"))
+	ok, err = bob.Acquire(ctx, "order-42", 30*time.Second)
+	fmt.Println("bob acquires:", ok, err)
+	fmt.Println("bob releases:", bob.Release(ctx, "order-42"))
+	// Output:
+	// alice acquires: true <nil>
+	// bob acquires while alice holds it: false <nil>
+	// alice releases: <nil>
+	// bob acquires: true <nil>
+	// bob releases: <nil>
+}
+
+func ExampleCreateSchema() {
+	dir, err := os.MkdirTemp("", "lockreg-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "locks.db"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+
+	repo, err := jdbc.NewLockRepository(db, jdbc.WithPrefix("APP_"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("table missing before:", errors.Is(repo.Check(ctx), jdbc.ErrNoTable))
+
+	// The same options: CreateSchema creates APP_LOCK for the detected dialect.
+	if err := jdbc.CreateSchema(ctx, db, jdbc.WithPrefix("APP_")); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("check after:", repo.Check(ctx))
+	// Output:
+	// table missing before: true
+	// check after: <nil>
+}
+
+func ExampleUUIDKey() {
+	fmt.Println(jdbc.UUIDKey("foo"))
+	fmt.Println(jdbc.UUIDKey("3F2504E0-4F89-41D3-9A0C-0305E82C3301"))
+	// Output:
+	// acbd18db-4cc2-385c-adef-654fccc4a4d8
+	// 3f2504e0-4f89-41d3-9a0c-0305e82c3301
+}

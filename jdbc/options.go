@@ -1,0 +1,244 @@
+package jdbc
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+)
+
+// Dialect names the SQL dialect a [LockRepository] speaks. Its value is also
+// the folder of the dialect's scripts in package
+// [github.com/lockreg/lockreg/sql].
+type Dialect string
+
+// The supported dialects.
+const (
+	Postgres Dialect = "postgres" // PostgreSQL 9.5 or later (ON CONFLICT)
+	MySQL    Dialect = "mysql"    // MySQL 5.7+/8 and MariaDB 10.3+, InnoDB
+	SQLite   Dialect = "sqlite"   // SQLite 3.24 or later (upsert)
+)
+
+// Defaults of the options, Spring Integration's.
+const (
+	defaultPrefix = "INT_"
+	defaultRegion = "DEFAULT"
+)
+
+// An Option configures NewLockRepository and CreateSchema. Options are
+// checked when applied by those functions, which then return an error
+// wrapping ErrInvalidOption for a bad value.
+type Option func(*options)
+
+type options struct {
+	prefix     string
+	region     string
+	clientID   string
+	dialect    Dialect
+	keyMapping func(string) string
+	keySet     bool
+	clientSet  bool
+	queries    [3]string // acquire, renew, release; "" means default
+	querySet   [3]bool
+}
+
+const (
+	qAcquire = iota
+	qRenew
+	qRelease
+)
+
+var queryOptionNames = [3]string{"WithAcquireQuery", "WithRenewQuery", "WithReleaseQuery"}
+
+// WithPrefix sets the prefix of the table name: the lock table is prefix +
+// "LOCK". The default is "INT_", Spring Integration's. The prefix is pasted
+// into SQL, so it must match ^[A-Za-z_][A-Za-z0-9_]*$ and be at most 40 bytes
+// long; anything else makes NewLockRepository and CreateSchema fail with
+// ErrInvalidOption. On PostgreSQL, unquoted names fold to lower case.
+func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithRegion sets the region, which partitions the lock table: repositories
+// in different regions never see each other's rows. The default is
+// "DEFAULT", Spring Integration's. A region must be non-empty valid UTF-8
+// without NUL bytes and at most 100 bytes long. It is bound as a query
+// parameter, so it may contain any other character.
+func WithRegion(r string) Option { return func(o *options) { o.region = r } }
+
+// WithClientID sets the client id, the identity that owns the rows this
+// repository writes. The default is a random UUID, so every repository is a
+// client of its own. A client id must be non-empty valid UTF-8 without NUL
+// bytes and at most 36 bytes long. Two live repositories must never share a
+// client id, or both would hold the same lock.
+func WithClientID(id string) Option {
+	return func(o *options) { o.clientID, o.clientSet = id, true }
+}
+
+// WithDialect sets the SQL dialect. By default it is detected from the
+// package of the database's driver: github.com/jackc/pgx (stdlib) and
+// github.com/lib/pq are Postgres, github.com/go-sql-driver/mysql is MySQL,
+// modernc.org/sqlite and github.com/mattn/go-sqlite3 are SQLite. Use it when
+// the driver is wrapped (for tracing, say) or otherwise unknown.
+func WithDialect(d Dialect) Option { return func(o *options) { o.dialect = d } }
+
+// WithKeyMapping sets the function that maps a caller's key to the LOCK_KEY
+// column, which holds at most 36 characters. The default is UUIDKey, as in
+// Spring Integration (JdbcLockRegistry.pathFor). The function must be
+// deterministic and safe for concurrent use, and return non-empty valid UTF-8
+// without NUL bytes of at most 36 bytes; Acquire, Renew and Release fail with
+// ErrInvalidOption otherwise. Keys whose results are equal are one lock.
+func WithKeyMapping(f func(key string) string) Option {
+	return func(o *options) { o.keyMapping, o.keySet = f, true }
+}
+
+// WithAcquireQuery replaces the statement Acquire executes (Spring
+// Integration 6.1's setInsertQuery/setUpdateQuery, as one statement). See
+// the package documentation for the parameters a custom query may use. The
+// lock counts as acquired iff the statement affects exactly one row, or two
+// on MySQL (an ON DUPLICATE KEY UPDATE that changed the row). It must be a
+// single statement that takes the lock atomically.
+func WithAcquireQuery(q string) Option {
+	return func(o *options) { o.queries[qAcquire], o.querySet[qAcquire] = q, true }
+}
+
+// WithRenewQuery replaces the statement Renew executes (Spring Integration
+// 6.1's setRenewQuery). See the package documentation for the parameters. A
+// statement that affects no row makes Renew fail with registry.ErrLockLost.
+func WithRenewQuery(q string) Option {
+	return func(o *options) { o.queries[qRenew], o.querySet[qRenew] = q, true }
+}
+
+// WithReleaseQuery replaces the statement Release executes (Close keeps
+// using the default, which deletes only this client's rows). See the package
+// documentation for the parameters. A statement that affects no row makes
+// Release fail with registry.ErrLockLost.
+func WithReleaseQuery(q string) Option {
+	return func(o *options) { o.queries[qRelease], o.querySet[qRelease] = q, true }
+}
+
+var prefixPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+const (
+	maxPrefixLen   = 40
+	maxRegionLen   = 100
+	maxClientIDLen = 36
+	maxLockKeyLen  = 36
+)
+
+// config is the checked result of applying options to a database.
+type config struct {
+	options
+	table string // prefix + "LOCK"
+}
+
+func invalid(option, value, why string) error {
+	return fmt.Errorf("%w: %s(%s): %s", ErrInvalidOption, option, quote(value), why)
+}
+
+// newConfig applies and checks opts and settles the dialect of db. It does
+// no I/O.
+func newConfig(db DB, opts []Option) (*config, error) {
+	if isNil(db) {
+		return nil, errors.New("jdbc: nil database")
+	}
+	c := &config{options: options{prefix: defaultPrefix, region: defaultRegion}}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&c.options)
+		}
+	}
+	if !prefixPattern.MatchString(c.prefix) || len(c.prefix) > maxPrefixLen {
+		return nil, invalid("WithPrefix", c.prefix,
+			fmt.Sprintf("a prefix must match %s and be at most %d bytes long", prefixPattern, maxPrefixLen))
+	}
+	if err := checkText(c.region, maxRegionLen); err != "" {
+		return nil, invalid("WithRegion", c.region, "a region "+err)
+	}
+	if !c.clientSet {
+		c.clientID = uuid.NewString()
+	}
+	if err := checkText(c.clientID, maxClientIDLen); err != "" {
+		return nil, invalid("WithClientID", c.clientID, "a client id "+err)
+	}
+	if c.keySet && c.keyMapping == nil {
+		return nil, fmt.Errorf("%w: WithKeyMapping(nil): the key mapping must not be nil", ErrInvalidOption)
+	}
+	if c.keyMapping == nil {
+		c.keyMapping = UUIDKey
+	}
+	for i, set := range c.querySet {
+		if set && strings.TrimSpace(c.queries[i]) == "" {
+			return nil, invalid(queryOptionNames[i], c.queries[i], "the query must not be empty")
+		}
+	}
+	switch c.dialect {
+	case Postgres, MySQL, SQLite:
+	case "":
+		d, err := detectDialect(db)
+		if err != nil {
+			return nil, err
+		}
+		c.dialect = d
+	default:
+		return nil, invalid("WithDialect", string(c.dialect),
+			fmt.Sprintf("the dialect must be %q, %q or %q", Postgres, MySQL, SQLite))
+	}
+	c.table = c.prefix + "LOCK"
+	return c, nil
+}
+
+// checkText checks a region or client id, returning why it is invalid or "".
+func checkText(s string, max int) string {
+	switch {
+	case s == "":
+		return "must not be empty"
+	case len(s) > max:
+		return fmt.Sprintf("must be at most %d bytes long, not %d", max, len(s))
+	case !utf8.ValidString(s):
+		return "must be valid UTF-8"
+	case strings.IndexByte(s, 0) >= 0:
+		return "must not contain NUL bytes"
+	}
+	return ""
+}
+
+// isNil reports whether db is nil, a typed nil, or an *sqlx.DB without an
+// *sql.DB.
+func isNil(db DB) bool {
+	if db == nil {
+		return true
+	}
+	if x, ok := db.(*sqlx.DB); ok {
+		return x == nil || x.DB == nil
+	}
+	switch v := reflect.ValueOf(db); v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}
+
+// detectDialect tells the dialect from the package of db's driver.
+func detectDialect(db DB) (Dialect, error) {
+	drv := db.Driver()
+	t := reflect.TypeOf(drv)
+	if t == nil {
+		return "", fmt.Errorf("%w: the database has no driver; use jdbc.WithDialect", ErrUnknownDialect)
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.PkgPath() {
+	case "github.com/jackc/pgx/v5/stdlib", "github.com/jackc/pgx/v4/stdlib", "github.com/lib/pq":
+		return Postgres, nil
+	case "github.com/go-sql-driver/mysql":
+		return MySQL, nil
+	case "modernc.org/sqlite", "github.com/mattn/go-sqlite3":
+		return SQLite, nil
+	}
+	return "", fmt.Errorf("%w: driver %T is not one jdbc recognises; use jdbc.WithDialect", ErrUnknownDialect, drv)
+}

@@ -1,0 +1,408 @@
+package jdbc
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/lockreg/lockreg/registry"
+)
+
+// DB is the database a LockRepository uses. It is satisfied by *sql.DB and
+// *sqlx.DB (and by *sql.Conn given a Driver method). The repository never
+// starts a transaction on it: every statement runs in its own implicit one.
+type DB interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+	Driver() driver.Driver
+}
+
+// LockRepository is one client of a lock table: it implements
+// registry.Repository with single SQL statements that read the database's
+// clock. Create it with NewLockRepository. It is safe for concurrent use and
+// holds no mutex across a database call.
+//
+// The repository remembers which keys it holds, from just before an Acquire
+// statement is sent until a Release that returns nil or ErrLockLost, so that
+// Close deletes only rows it no longer holds.
+type LockRepository struct {
+	db  DB
+	cfg *config
+
+	acquire, renew, release *stmt // prepared lazily, closed by Close
+
+	deleteExpired, deleteMine, selectMine, deleteOne, check query
+
+	mu      sync.Mutex
+	held    map[string]*holding // by normalized LOCK_KEY
+	closed  bool                // Close was called
+	cleaned bool                // a Close deleted the rows left behind
+}
+
+// holding is what the repository knows of one key it holds or is acquiring.
+type holding struct {
+	acquiring int  // Acquire calls in flight
+	held      bool // the last Acquire succeeded and no Release has ended it
+}
+
+// NewLockRepository returns a repository on db configured by opts. It does
+// no I/O: it checks the options, detects the dialect from db's driver unless
+// WithDialect is given, and compiles the queries; the statements are
+// prepared on first use. The table is not checked; call Check for that, and
+// CreateSchema to create it.
+//
+// It returns an error for a nil db (also a typed nil such as (*sql.DB)(nil)),
+// an error wrapping ErrInvalidOption for a bad option, and one wrapping
+// ErrUnknownDialect when the driver is not recognised.
+func NewLockRepository(db DB, opts ...Option) (*LockRepository, error) {
+	cfg, err := newConfig(db, opts)
+	if err != nil {
+		return nil, err
+	}
+	defaults := defaultSQL[cfg.dialect]
+	named := [3]string{defaults.acquire, defaults.renew, releaseSQL}
+	var prepared [3]*stmt
+	for i := range named {
+		option := ""
+		if cfg.querySet[i] {
+			named[i], option = cfg.queries[i], queryOptionNames[i]
+		}
+		q, err := compile(named[i], cfg.prefix, cfg.dialect)
+		if err != nil {
+			if option != "" {
+				return nil, fmt.Errorf("%w: %s: %w", ErrInvalidOption, option, err)
+			}
+			return nil, fmt.Errorf("jdbc: compiling a default query: %w", err) // a bug
+		}
+		prepared[i] = &stmt{q: q}
+	}
+	r := &LockRepository{
+		db:      db,
+		cfg:     cfg,
+		acquire: prepared[qAcquire],
+		renew:   prepared[qRenew],
+		release: prepared[qRelease],
+		held:    make(map[string]*holding),
+	}
+	for _, c := range []struct {
+		dst   *query
+		named string
+	}{
+		{&r.deleteExpired, deleteExpiredSQL + defaults.now},
+		{&r.deleteMine, deleteMineSQL},
+		{&r.selectMine, selectMineSQL},
+		{&r.deleteOne, releaseSQL}, // not a custom release query: Close deletes only its own rows
+		{&r.check, checkSQL},
+	} {
+		if *c.dst, err = compile(c.named, cfg.prefix, cfg.dialect); err != nil {
+			return nil, fmt.Errorf("jdbc: compiling a default query: %w", err) // a bug
+		}
+	}
+	return r, nil
+}
+
+// ClientID returns the client id that owns the rows this repository writes.
+func (r *LockRepository) ClientID() string { return r.cfg.clientID }
+
+// lockKey maps a caller's key to LOCK_KEY and checks the result.
+func (r *LockRepository) lockKey(key string) (string, error) {
+	k := r.cfg.keyMapping(key)
+	if len(k) == 0 || len(k) > maxLockKeyLen || !utf8.ValidString(k) || strings.IndexByte(k, 0) >= 0 {
+		return "", fmt.Errorf("%w: WithKeyMapping: the mapping returned %s, not 1 to %d bytes of UTF-8 without NUL",
+			ErrInvalidOption, quote(k), maxLockKeyLen)
+	}
+	return k, nil
+}
+
+// heldKey normalizes a LOCK_KEY for the held set: CHAR columns ignore
+// trailing spaces, and PostgreSQL returns them padded.
+func heldKey(lockKey string) string { return strings.TrimRight(lockKey, " ") }
+
+// micros converts a positive ttl to whole microseconds, rounding up.
+func micros(ttl time.Duration) int64 {
+	m := int64(ttl / time.Microsecond)
+	if ttl%time.Microsecond != 0 {
+		m++
+	}
+	return m
+}
+
+func (r *LockRepository) params(lockKey string, ttl time.Duration) params {
+	return params{lockKey: lockKey, region: r.cfg.region, clientID: r.cfg.clientID, ttl: micros(ttl)}
+}
+
+// Acquire takes the lease on key for ttl if nobody holds it, if it has
+// expired, or if this client holds it (then it is extended to ttl from now;
+// CREATED_DATE keeps the time the row was first inserted). It reports false
+// with a nil error when another client holds an unexpired lease.
+//
+// It is one upsert statement, one round trip once prepared, in no explicit
+// transaction; expiry is computed from the database's clock. It fails with
+// an error wrapping registry.ErrClosed after Close, and with an error
+// satisfying errors.Is(err, registry.ErrTransient) for failures that may
+// pass on retry. ttl must be positive; it is rounded up to a microsecond
+// (SQLite stores milliseconds).
+func (r *LockRepository) Acquire(ctx context.Context, key string, ttl time.Duration) (bool, error) {
+	what := opKey("acquire", key)
+	if ttl <= 0 {
+		return false, fmt.Errorf("%s: ttl %v is not positive", what, ttl)
+	}
+	lk, err := r.lockKey(key)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", what, err)
+	}
+	hk := heldKey(lk)
+
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return false, fmt.Errorf("%s: %w", what, registry.ErrClosed)
+	}
+	h := r.held[hk]
+	if h == nil {
+		h = new(holding)
+		r.held[hk] = h
+	}
+	h.acquiring++ // from before the statement is sent, so Close spares the row
+	r.mu.Unlock()
+
+	acquired, err := r.doAcquire(ctx, lk, ttl)
+
+	r.mu.Lock()
+	h.acquiring--
+	switch {
+	case acquired:
+		h.held = true
+	case err == nil:
+		h.held = false // another client holds it now
+	}
+	// After an error, a lease held before stays held: the caller still
+	// relies on it.
+	if !h.held && h.acquiring == 0 {
+		delete(r.held, hk)
+	}
+	r.mu.Unlock()
+
+	if err != nil {
+		return false, r.wrap(ctx, what, err)
+	}
+	return acquired, nil
+}
+
+func (r *LockRepository) doAcquire(ctx context.Context, lockKey string, ttl time.Duration) (bool, error) {
+	res, err := r.acquire.exec(ctx, r.db, r.acquire.q.args(r.params(lockKey, ttl)))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case n == 0:
+		return false, nil
+	case n == 1, n == 2 && r.cfg.dialect == MySQL:
+		return true, nil
+	}
+	return false, fmt.Errorf("the acquire statement affected %d rows; it must affect at most one", n)
+}
+
+// Renew extends this client's unexpired lease on key to ttl from now. It
+// fails with an error wrapping registry.ErrLockLost when the lease has
+// expired or is not this client's; it never revives an expired lease, even
+// one still in the table under this client's id.
+//
+// It is one UPDATE statement, one round trip once prepared, on the
+// database's clock. It keeps working after Close.
+func (r *LockRepository) Renew(ctx context.Context, key string, ttl time.Duration) error {
+	what := opKey("renew", key)
+	if ttl <= 0 {
+		return fmt.Errorf("%s: ttl %v is not positive", what, ttl)
+	}
+	lk, err := r.lockKey(key)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	res, err := r.renew.exec(ctx, r.db, r.renew.q.args(r.params(lk, ttl)))
+	if err == nil {
+		err = lost(res)
+	}
+	if errors.Is(err, registry.ErrLockLost) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err != nil {
+		return r.wrap(ctx, what, err)
+	}
+	return nil
+}
+
+// lost returns an error wrapping registry.ErrLockLost if res affected no row.
+func lost(res sql.Result) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return registry.ErrLockLost
+	}
+	return nil
+}
+
+// Release gives up this client's lease on key by deleting its row, expired
+// or not (nobody else has held an expired row that is still this client's).
+// It fails with an error wrapping registry.ErrLockLost when the row is gone
+// or belongs to another client. After it returns nil or ErrLockLost the key
+// no longer counts as held, so Close may delete a row left behind.
+//
+// It is one DELETE statement, one round trip once prepared. It keeps working
+// after Close.
+func (r *LockRepository) Release(ctx context.Context, key string) error {
+	what := opKey("release", key)
+	lk, err := r.lockKey(key)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	res, err := r.release.exec(ctx, r.db, r.release.q.args(r.params(lk, 0)))
+	if err == nil {
+		err = lost(res)
+	}
+	if err != nil && !errors.Is(err, registry.ErrLockLost) {
+		return r.wrap(ctx, what, err) // outcome unknown: the key stays held
+	}
+	hk := heldKey(lk)
+	r.mu.Lock()
+	if h := r.held[hk]; h != nil {
+		h.held = false
+		if h.acquiring == 0 {
+			delete(r.held, hk)
+		}
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// isHeld reports whether the row of lockKey is held or being acquired.
+func (r *LockRepository) isHeld(lockKey string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.held[heldKey(lockKey)] != nil
+}
+
+// Close makes later Acquire calls fail with an error wrapping
+// registry.ErrClosed and deletes this client's rows in its region that it
+// does not hold: rows left behind by a Release that failed, or by an
+// earlier process with the same client id. It never deletes a lease that is
+// held or being acquired; Renew and Release keep working on those.
+//
+// It costs one DELETE when no key is held, and otherwise a SELECT of this
+// client's rows plus a DELETE for each one not held. It closes the prepared
+// statements. Once a Close has succeeded, Close returns nil without I/O; a
+// Close that failed may be retried.
+func (r *LockRepository) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.cleaned {
+		r.mu.Unlock()
+		return nil
+	}
+	first := !r.closed
+	r.closed = true
+	noneHeld := len(r.held) == 0 // the held set can only shrink from now on
+	r.mu.Unlock()
+
+	if first {
+		r.acquire.close()
+		r.renew.close()
+		r.release.close()
+	}
+	if err := r.deleteUnheld(ctx, noneHeld); err != nil {
+		return r.wrap(ctx, "jdbc: close", err)
+	}
+	r.mu.Lock()
+	r.cleaned = true
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *LockRepository) deleteUnheld(ctx context.Context, noneHeld bool) error {
+	p := r.params("", 0)
+	if noneHeld {
+		_, err := r.db.ExecContext(ctx, r.deleteMine.sql, r.deleteMine.args(p)...)
+		return err
+	}
+	rows, err := r.db.QueryContext(ctx, r.selectMine.sql, r.selectMine.args(p)...)
+	if err != nil {
+		return err
+	}
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return err
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if r.isHeld(k) {
+			continue
+		}
+		p.lockKey = k
+		if _, err := r.db.ExecContext(ctx, r.deleteOne.sql, r.deleteOne.args(p)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeleteExpired deletes the expired rows of this repository's region,
+// whoever their client, and returns how many it deleted (Spring
+// Integration's deleteExpired). Nothing requires calling it: an expired row
+// is taken over by the next Acquire. It is one DELETE statement, not
+// prepared, on the database's clock; without an index on EXPIRED_AFTER it
+// scans the region's rows.
+func (r *LockRepository) DeleteExpired(ctx context.Context) (int64, error) {
+	res, err := r.db.ExecContext(ctx, r.deleteExpired.sql, r.deleteExpired.args(r.params("", 0))...)
+	if err != nil {
+		return 0, r.wrap(ctx, "jdbc: delete expired", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, r.wrap(ctx, "jdbc: delete expired", err)
+	}
+	return n, nil
+}
+
+// Check verifies that the lock table exists with Spring Integration 7's
+// columns, as Spring's repository does on start. It returns an error
+// wrapping ErrNoTable when the table is missing. It is one SELECT that reads
+// no rows.
+func (r *LockRepository) Check(ctx context.Context) error {
+	rows, err := r.db.QueryContext(ctx, r.check.sql)
+	if err == nil {
+		for rows.Next() {
+		}
+		err = rows.Err()
+		rows.Close()
+	}
+	if err != nil {
+		return r.wrap(ctx, "jdbc: check", err)
+	}
+	return nil
+}
+
+var _ registry.Repository = (*LockRepository)(nil)

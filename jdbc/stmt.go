@@ -1,0 +1,95 @@
+package jdbc
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+)
+
+// stmt is a lazily prepared statement. The first call prepares it; calls
+// made while it is being prepared, after preparing failed, or after close
+// execute the SQL unprepared instead, and the next call tries to prepare it
+// again. No mutex is held across a database call: close marks the statement
+// closed, and whoever stops using it last closes the *sql.Stmt.
+type stmt struct {
+	q query
+
+	mu        sync.Mutex
+	st        *sql.Stmt
+	users     int  // callers executing st
+	preparing bool // a caller is preparing st
+	closed    bool
+}
+
+// exec executes the statement with args: one round trip once prepared on the
+// connection database/sql picks.
+func (s *stmt) exec(ctx context.Context, db DB, args []any) (sql.Result, error) {
+	st := s.get(ctx, db)
+	if st == nil {
+		return db.ExecContext(ctx, s.q.sql, args...)
+	}
+	defer s.put()
+	return st.ExecContext(ctx, args...)
+}
+
+// get returns the prepared statement, registered as in use, or nil.
+func (s *stmt) get(ctx context.Context, db DB) *sql.Stmt {
+	s.mu.Lock()
+	if s.closed || s.preparing {
+		s.mu.Unlock()
+		return nil
+	}
+	if s.st != nil {
+		s.users++
+		s.mu.Unlock()
+		return s.st
+	}
+	s.preparing = true
+	s.mu.Unlock()
+
+	// A failure here (a missing table, a dropped connection, a driver
+	// that cannot prepare) is reported by the unprepared execution.
+	st, err := db.PrepareContext(ctx, s.q.sql)
+
+	s.mu.Lock()
+	s.preparing = false
+	if err != nil || s.closed {
+		s.mu.Unlock()
+		if st != nil {
+			st.Close()
+		}
+		return nil
+	}
+	s.st = st
+	s.users++
+	s.mu.Unlock()
+	return st
+}
+
+// put ends a use that get began.
+func (s *stmt) put() {
+	s.mu.Lock()
+	s.users--
+	var st *sql.Stmt
+	if s.closed && s.users == 0 {
+		st, s.st = s.st, nil
+	}
+	s.mu.Unlock()
+	if st != nil {
+		st.Close()
+	}
+}
+
+// close stops preparing and closes the prepared statement once unused.
+func (s *stmt) close() {
+	s.mu.Lock()
+	s.closed = true
+	var st *sql.Stmt
+	if s.users == 0 {
+		st, s.st = s.st, nil
+	}
+	s.mu.Unlock()
+	if st != nil {
+		st.Close()
+	}
+}
