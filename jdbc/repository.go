@@ -153,7 +153,7 @@ func (r *LockRepository) params(lockKey string, ttl time.Duration) params {
 func (r *LockRepository) Acquire(ctx context.Context, key string, ttl time.Duration) (bool, error) {
 	what := opKey("acquire", key)
 	if ttl <= 0 {
-		return false, fmt.Errorf("%s: ttl %v is not positive", what, ttl)
+		return false, fmt.Errorf("%s: ttl %v: %w", what, ttl, registry.ErrInvalidTTL)
 	}
 	lk, err := r.lockKey(key)
 	if err != nil {
@@ -225,7 +225,7 @@ func (r *LockRepository) doAcquire(ctx context.Context, lockKey string, ttl time
 func (r *LockRepository) Renew(ctx context.Context, key string, ttl time.Duration) error {
 	what := opKey("renew", key)
 	if ttl <= 0 {
-		return fmt.Errorf("%s: ttl %v is not positive", what, ttl)
+		return fmt.Errorf("%s: ttl %v: %w", what, ttl, registry.ErrInvalidTTL)
 	}
 	lk, err := r.lockKey(key)
 	if err != nil {

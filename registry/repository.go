@@ -19,7 +19,8 @@ import (
 // (serialization failures, deadlocks, lock-wait timeouts, dropped connections)
 // so that errors.Is(err, [ErrTransient]) reports true, and returns errors that
 // wrap [ErrLockLost] when a lease is no longer this client's. When ctx is done
-// it returns an error that wraps ctx.Err().
+// it returns an error that wraps ctx.Err(). A ttl that is not positive gets
+// an error wrapping [ErrInvalidTTL].
 type Repository interface {
 	// Acquire takes the lease on key for ttl if nobody holds it, if it has
 	// expired, or if this client already holds it (then it is extended to

@@ -60,6 +60,9 @@ func (c *memClient) Acquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
+	if ttl <= 0 {
+		return false, fmt.Errorf("registrytest: acquire %q: %w", key, registry.ErrInvalidTTL)
+	}
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
 	if c.closed {
@@ -76,6 +79,9 @@ func (c *memClient) Acquire(ctx context.Context, key string, ttl time.Duration) 
 func (c *memClient) Renew(ctx context.Context, key string, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("registrytest: renew %q: %w", key, registry.ErrInvalidTTL)
 	}
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()

@@ -34,6 +34,7 @@ func runRepository(t *testing.T, b Backend) {
 		{"KeysOfAnyShapeWork", testKeyShapes},
 		{"CloseRefusesAcquireButAllowsRelease", testCloseRefuses},
 		{"CloseKeepsHeldLeases", testCloseKeepsHeld},
+		{"NonPositiveTTLIsRejected", testRepoBadTTL},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			distributed(t, b)
@@ -225,4 +226,15 @@ func testCloseKeepsHeld(t *testing.T, b Backend) {
 		t.Fatal("Close deleted a lease that was still held")
 	}
 	must(t, a.Release(context.Background(), key(t)))
+}
+
+func testRepoBadTTL(t *testing.T, b Backend) {
+	a := client(t, b)
+	if _, err := a.Acquire(ctxT(t), key(t), 0); !errors.Is(err, registry.ErrInvalidTTL) {
+		t.Fatalf("Acquire with ttl 0: got %v, want registry.ErrInvalidTTL", err)
+	}
+	acquire(t, a, key(t), time.Minute)
+	if err := a.Renew(ctxT(t), key(t), -time.Second); !errors.Is(err, registry.ErrInvalidTTL) {
+		t.Fatalf("Renew with ttl -1s: got %v, want registry.ErrInvalidTTL", err)
+	}
 }
