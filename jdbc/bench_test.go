@@ -17,7 +17,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			repo := newRepo(b, db)
 			ctx := context.Background()
 			for b.Loop() {
-				ok, err := repo.Acquire(ctx, "bench", time.Minute)
+				_, ok, err := repo.Acquire(ctx, "bench", time.Minute)
 				if err != nil || !ok {
 					b.Fatalf("Acquire = %v, %v", ok, err)
 				}
@@ -39,11 +39,11 @@ func BenchmarkAcquireContended(b *testing.B) {
 			holder := newRepo(b, db, jdbc.WithRegion(region))
 			waiter := newRepo(b, db, jdbc.WithRegion(region))
 			ctx := context.Background()
-			if ok, err := holder.Acquire(ctx, "bench", time.Hour); err != nil || !ok {
+			if _, ok, err := holder.Acquire(ctx, "bench", time.Hour); err != nil || !ok {
 				b.Fatalf("Acquire = %v, %v", ok, err)
 			}
 			for b.Loop() {
-				if ok, err := waiter.Acquire(ctx, "bench", time.Minute); err != nil || ok {
+				if _, ok, err := waiter.Acquire(ctx, "bench", time.Minute); err != nil || ok {
 					b.Fatalf("Acquire = %v, %v", ok, err)
 				}
 			}

@@ -12,7 +12,7 @@ import (
 	"github.com/lockreg/lockreg/registry"
 )
 
-func TestCloseDeletesUnheldRowsButNotHeldOnes(t *testing.T) {
+func TestCloseReleasesUnheldRowsButNotHeldOnes(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		region, repo, other := twoClients(t, db)
 		mustAcquire(t, repo, "held", longTTL)
@@ -25,13 +25,13 @@ func TestCloseDeletesUnheldRowsButNotHeldOnes(t *testing.T) {
 		if err := repo.Close(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		wantNoRow(t, db, region, "left-behind")
+		wantReleased(t, db, region, "left-behind")
 		wantOwner(t, db, region, "held", repo)
 		wantOwner(t, db, region, "theirs", other)
 	})
 }
 
-func TestCloseWithNothingHeldDeletesAllItsRows(t *testing.T) {
+func TestCloseWithNothingHeldReleasesAllItsRows(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		region, repo, other := twoClients(t, db)
 		mustAcquire(t, repo, "released", longTTL)
@@ -46,8 +46,8 @@ func TestCloseWithNothingHeldDeletesAllItsRows(t *testing.T) {
 		if err := repo.Close(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		wantNoRow(t, db, region, "left-1")
-		wantNoRow(t, db, region, "left-2")
+		wantReleased(t, db, region, "left-1")
+		wantReleased(t, db, region, "left-2")
 		wantOwner(t, db, region, "theirs", other)
 	})
 }
@@ -72,7 +72,7 @@ func TestCloseSparesALockBeingAcquired(t *testing.T) {
 		}
 		acquired := make(chan result, 1)
 		go func() {
-			ok, err := repo.Acquire(context.Background(), "in-flight", longTTL)
+			_, ok, err := repo.Acquire(context.Background(), "in-flight", longTTL)
 			acquired <- result{ok, err}
 		}()
 		db.waitBlocked(t, blocker) // the Acquire statement is in flight
@@ -95,7 +95,7 @@ func TestCloseSparesALockBeingAcquired(t *testing.T) {
 			t.Fatalf("Acquire = %v, %v; want true, nil", r.ok, r.err)
 		}
 		wantOwner(t, db, region, "in-flight", repo)
-		wantNoRow(t, db, region, "left-behind")
+		wantReleased(t, db, region, "left-behind")
 	})
 }
 
@@ -106,7 +106,7 @@ func TestFailedReacquireKeepsTheLockHeld(t *testing.T) {
 		mustAcquire(t, repo, "k", longTTL)
 		canceled, cancel := context.WithCancel(t.Context())
 		cancel()
-		if _, err := repo.Acquire(canceled, "k", longTTL); err == nil {
+		if _, _, err := repo.Acquire(canceled, "k", longTTL); err == nil {
 			t.Fatal("Acquire with a canceled context succeeded")
 		}
 		if err := repo.Close(t.Context()); err != nil {
@@ -124,7 +124,7 @@ func TestAcquireAfterCloseIsErrClosedWhileRenewAndReleaseWork(t *testing.T) {
 		if err := repo.Close(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := repo.Acquire(t.Context(), "new", longTTL); ok || !errors.Is(err, registry.ErrClosed) {
+		if _, ok, err := repo.Acquire(t.Context(), "new", longTTL); ok || !errors.Is(err, registry.ErrClosed) {
 			t.Fatalf("Acquire after Close = %v, %v; want false and an error wrapping registry.ErrClosed", ok, err)
 		}
 		wantNoRow(t, db, region, "new")
@@ -134,7 +134,7 @@ func TestAcquireAfterCloseIsErrClosedWhileRenewAndReleaseWork(t *testing.T) {
 		if err := repo.Release(t.Context(), "held"); err != nil {
 			t.Fatalf("Release after Close: %v", err)
 		}
-		wantNoRow(t, db, region, "held")
+		wantReleased(t, db, region, "held")
 	})
 }
 
@@ -232,7 +232,7 @@ func TestLockContentionIsTransient(t *testing.T) {
 		repo := newRepoOn(t, conn, jdbc.WithRegion(region))
 
 		_, unblock := db.blockRow(t, table, region, jdbc.UUIDKey("k"))
-		_, err := repo.Acquire(t.Context(), "k", longTTL)
+		_, _, err := repo.Acquire(t.Context(), "k", longTTL)
 		unblock()
 		if !errors.Is(err, registry.ErrTransient) {
 			t.Fatalf("got %v, want an error wrapping registry.ErrTransient", err)
@@ -258,7 +258,7 @@ func TestDeadlineWhileWaitingWrapsTheContextError(t *testing.T) {
 		defer unblock()
 		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 		defer cancel()
-		_, err := repo.Acquire(ctx, "k", longTTL)
+		_, _, err := repo.Acquire(ctx, "k", longTTL)
 		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, registry.ErrTransient) {
 			t.Fatalf("got %v, want an error wrapping context.DeadlineExceeded, not transient", err)
 		}
@@ -270,7 +270,7 @@ func TestCanceledContextIsNotTransient(t *testing.T) {
 		repo := newRepo(t, db)
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
-		_, err := repo.Acquire(ctx, "k", longTTL)
+		_, _, err := repo.Acquire(ctx, "k", longTTL)
 		if !errors.Is(err, context.Canceled) || errors.Is(err, registry.ErrTransient) {
 			t.Fatalf("Acquire: got %v, want an error wrapping context.Canceled, not transient", err)
 		}
@@ -293,7 +293,7 @@ func TestUnreachableServerIsTransient(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = repo.Acquire(t.Context(), uuid.NewString(), longTTL)
+			_, _, err = repo.Acquire(t.Context(), uuid.NewString(), longTTL)
 			if !errors.Is(err, registry.ErrTransient) {
 				t.Fatalf("Acquire: got %v, want an error wrapping registry.ErrTransient", err)
 			}

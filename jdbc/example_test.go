@@ -45,13 +45,13 @@ func Example() {
 	}
 	defer bob.Close(ctx)
 
-	ok, err := alice.Acquire(ctx, "order-42", 30*time.Second)
+	_, ok, err := alice.Acquire(ctx, "order-42", 30*time.Second)
 	fmt.Println("alice acquires:", ok, err)
-	ok, err = bob.Acquire(ctx, "order-42", 30*time.Second)
+	_, ok, err = bob.Acquire(ctx, "order-42", 30*time.Second)
 	fmt.Println("bob acquires while alice holds it:", ok, err)
 
 	fmt.Println("alice releases:", alice.Release(ctx, "order-42"))
-	ok, err = bob.Acquire(ctx, "order-42", 30*time.Second)
+	_, ok, err = bob.Acquire(ctx, "order-42", 30*time.Second)
 	fmt.Println("bob acquires:", ok, err)
 	fmt.Println("bob releases:", bob.Release(ctx, "order-42"))
 	// Output:

@@ -18,10 +18,20 @@ const (
 
 // dialectSQL holds the default queries of one dialect, in sqlx named form,
 // with %s standing for the table prefix.
+//
+// Acquire also issues the fencing token, in the same statement: the
+// database's clock in microseconds since 1970, or the row's last token plus
+// one if that is greater. Tokens of a key therefore increase while its row
+// exists, and after the row is deleted they restart from the clock, above
+// every earlier token as long as the database's clock does not step back
+// by more than the time since the earlier acquisition. PostgreSQL and
+// SQLite return it with RETURNING; MySQL through LAST_INSERT_ID(expr),
+// which the server sends back with the statement's result.
 type dialectSQL struct {
 	acquire, renew string
-	// now is the database's current UTC wall time in the table's time format.
-	now string
+	// now is the database's current UTC wall time in the table's time format;
+	// past is a moment before it, the expiry a release writes.
+	now, past string
 }
 
 var defaultSQL = map[Dialect]dialectSQL{
@@ -29,54 +39,68 @@ var defaultSQL = map[Dialect]dialectSQL{
 		// ON CONFLICT waits for a racing insert of the same key to commit and
 		// then evaluates the WHERE against the committed row, so contention
 		// yields 0 rows instead of a duplicate-key error.
-		acquire: `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER) ` +
+		acquire: `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE) ` +
 			`VALUES (:lock_key, :region, :client_id, timezone('UTC', now()), ` +
-			`timezone('UTC', now()) + CAST(:ttl AS BIGINT) * INTERVAL '1 microsecond') ` +
-			`ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET CLIENT_ID = EXCLUDED.CLIENT_ID, EXPIRED_AFTER = EXCLUDED.EXPIRED_AFTER ` +
-			`WHERE %sLOCK.CLIENT_ID = EXCLUDED.CLIENT_ID OR %sLOCK.EXPIRED_AFTER < EXCLUDED.CREATED_DATE`,
+			`timezone('UTC', now()) + CAST(:ttl AS BIGINT) * INTERVAL '1 microsecond', ` +
+			`CAST(EXTRACT(EPOCH FROM now()) * 1000000 AS BIGINT)) ` +
+			`ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET CLIENT_ID = EXCLUDED.CLIENT_ID, EXPIRED_AFTER = EXCLUDED.EXPIRED_AFTER, ` +
+			`FENCE = GREATEST(%sLOCK.FENCE + 1, EXCLUDED.FENCE) ` +
+			`WHERE %sLOCK.CLIENT_ID = EXCLUDED.CLIENT_ID OR %sLOCK.EXPIRED_AFTER < EXCLUDED.CREATED_DATE ` +
+			`RETURNING FENCE`,
 		renew: `UPDATE %sLOCK SET EXPIRED_AFTER = timezone('UTC', now()) + CAST(:ttl AS BIGINT) * INTERVAL '1 microsecond' ` +
 			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= timezone('UTC', now())`,
-		now: `timezone('UTC', now())`,
+		now:  `timezone('UTC', now())`,
+		past: `timezone('UTC', now()) - INTERVAL '1 microsecond'`,
 	},
 	MySQL: {
 		// MySQL evaluates the assignments left to right: the second sees the
 		// CLIENT_ID the first has just set, so EXPIRED_AFTER moves only when
 		// the row is (now) ours. Rows affected: 1 inserted, 2 updated, 0
 		// unchanged.
-		acquire: `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER) ` +
-			`VALUES (:lock_key, :region, :client_id, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND) ` +
+		acquire: `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE) ` +
+			`VALUES (:lock_key, :region, :client_id, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND, ` +
+			`LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00::00::00', UTC_TIMESTAMP(6)))) ` +
 			`ON DUPLICATE KEY UPDATE ` +
 			`CLIENT_ID = IF(CLIENT_ID = VALUES(CLIENT_ID) OR EXPIRED_AFTER < VALUES(CREATED_DATE), VALUES(CLIENT_ID), CLIENT_ID), ` +
-			`EXPIRED_AFTER = IF(CLIENT_ID = VALUES(CLIENT_ID), VALUES(EXPIRED_AFTER), EXPIRED_AFTER)`,
+			`EXPIRED_AFTER = IF(CLIENT_ID = VALUES(CLIENT_ID), VALUES(EXPIRED_AFTER), EXPIRED_AFTER), ` +
+			`FENCE = IF(CLIENT_ID = VALUES(CLIENT_ID), LAST_INSERT_ID(GREATEST(FENCE + 1, VALUES(FENCE))), FENCE)`,
 		renew: `UPDATE %sLOCK SET EXPIRED_AFTER = UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND ` +
 			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= UTC_TIMESTAMP(6)`,
-		now: `UTC_TIMESTAMP(6)`,
+		now:  `UTC_TIMESTAMP(6)`,
+		past: `UTC_TIMESTAMP(6) - INTERVAL 1 MICROSECOND`,
 	},
 	SQLite: {
 		// 'now' is fixed for the duration of one statement. The colons of the
 		// time format are doubled because sqlx reads ":name" as a parameter.
-		acquire: `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER) ` +
+		acquire: `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE) ` +
 			`VALUES (:lock_key, :region, :client_id, strftime('%Y-%m-%d %H::%M::%f', 'now'), ` +
-			`strftime('%Y-%m-%d %H::%M::%f', 'now', printf('%.6f seconds', :ttl / 1000000.0))) ` +
-			`ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET CLIENT_ID = excluded.CLIENT_ID, EXPIRED_AFTER = excluded.EXPIRED_AFTER ` +
-			`WHERE %sLOCK.CLIENT_ID = excluded.CLIENT_ID OR %sLOCK.EXPIRED_AFTER < excluded.CREATED_DATE`,
+			`strftime('%Y-%m-%d %H::%M::%f', 'now', printf('%.6f seconds', :ttl / 1000000.0)), ` +
+			`CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)) ` +
+			`ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET CLIENT_ID = excluded.CLIENT_ID, EXPIRED_AFTER = excluded.EXPIRED_AFTER, ` +
+			`FENCE = max(%sLOCK.FENCE + 1, excluded.FENCE) ` +
+			`WHERE %sLOCK.CLIENT_ID = excluded.CLIENT_ID OR %sLOCK.EXPIRED_AFTER < excluded.CREATED_DATE ` +
+			`RETURNING FENCE`,
 		renew: `UPDATE %sLOCK SET EXPIRED_AFTER = strftime('%Y-%m-%d %H::%M::%f', 'now', printf('%.6f seconds', :ttl / 1000000.0)) ` +
 			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id ` +
 			`AND EXPIRED_AFTER >= strftime('%Y-%m-%d %H::%M::%f', 'now')`,
-		now: `strftime('%Y-%m-%d %H::%M::%f', 'now')`,
+		now:  `strftime('%Y-%m-%d %H::%M::%f', 'now')`,
+		past: `strftime('%Y-%m-%d %H::%M::%f', 'now', '-0.001 seconds')`,
 	},
 }
 
+// Release expires the row in place instead of deleting it, so that the row
+// keeps its fencing token for the next holder; Spring's statements treat it
+// as any expired row. The statements below are completed with the
+// dialect's past (releaseSQL, expireMineSQL) or now (the rest).
 const (
-	releaseSQL = `DELETE FROM %sLOCK WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`
-	// deleteMineSQL and selectMineSQL serve Close.
-	deleteMineSQL = `DELETE FROM %sLOCK WHERE REGION = :region AND CLIENT_ID = :client_id`
-	selectMineSQL = `SELECT LOCK_KEY FROM %sLOCK WHERE REGION = :region AND CLIENT_ID = :client_id`
-	// deleteExpiredSQL is completed with the dialect's "now".
-	deleteExpiredSQL = `DELETE FROM %sLOCK WHERE REGION = :region AND EXPIRED_AFTER < `
-	// checkSQL reads no rows but fails unless the table and all of Spring 7's
-	// columns exist.
-	checkSQL = `SELECT LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER FROM %sLOCK WHERE 1 = 0`
+	releaseSQL = `UPDATE %sLOCK SET EXPIRED_AFTER = PAST WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`
+	// expireMineSQL and selectMineSQL serve Close.
+	expireMineSQL    = `UPDATE %sLOCK SET EXPIRED_AFTER = PAST WHERE REGION = :region AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= NOW`
+	selectMineSQL    = `SELECT LOCK_KEY FROM %sLOCK WHERE REGION = :region AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= NOW`
+	deleteExpiredSQL = `DELETE FROM %sLOCK WHERE REGION = :region AND EXPIRED_AFTER < NOW`
+	// checkSQL reads no rows but fails unless the table, all of Spring 7's
+	// columns and FENCE exist.
+	checkSQL = `SELECT LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE FROM %sLOCK WHERE 1 = 0`
 )
 
 // query is a compiled query: positional SQL for the dialect and the names of
@@ -116,6 +140,11 @@ func bindType(d Dialect) int {
 		return sqlx.DOLLAR
 	}
 	return sqlx.QUESTION
+}
+
+// complete puts the dialect's times into a default statement.
+func (d dialectSQL) complete(q string) string {
+	return strings.NewReplacer("PAST", d.past, "NOW", d.now).Replace(q)
 }
 
 // compile replaces every %s in named with prefix and turns the sqlx named

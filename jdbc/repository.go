@@ -32,19 +32,23 @@ type DB interface {
 //
 // The repository remembers which keys it holds, from just before an Acquire
 // statement is sent until a Release that returns nil or ErrLockLost, so that
-// Close deletes only rows it no longer holds.
+// Close releases only rows it no longer holds.
 type LockRepository struct {
 	db  DB
 	cfg *config
 
 	acquire, renew, release *stmt // prepared lazily, closed by Close
+	// acquireReturns says the acquire statement returns the fencing token
+	// as a row (the default on PostgreSQL and SQLite); otherwise it is
+	// judged by the rows it affects.
+	acquireReturns bool
 
-	deleteExpired, deleteMine, selectMine, deleteOne, check query
+	deleteExpired, expireMine, selectMine, expireOne, check query
 
 	mu      sync.Mutex
 	held    map[string]*holding // by normalized LOCK_KEY
 	closed  bool                // Close was called
-	cleaned bool                // a Close deleted the rows left behind
+	cleaned bool                // a Close released the rows left behind
 }
 
 // holding is what the repository knows of one key it holds or is acquiring.
@@ -68,7 +72,7 @@ func NewLockRepository(db DB, opts ...Option) (*LockRepository, error) {
 		return nil, err
 	}
 	defaults := defaultSQL[cfg.dialect]
-	named := [3]string{defaults.acquire, defaults.renew, releaseSQL}
+	named := [3]string{defaults.acquire, defaults.renew, defaults.complete(releaseSQL)}
 	var prepared [3]*stmt
 	for i := range named {
 		option := ""
@@ -91,15 +95,17 @@ func NewLockRepository(db DB, opts ...Option) (*LockRepository, error) {
 		renew:   prepared[qRenew],
 		release: prepared[qRelease],
 		held:    make(map[string]*holding),
+
+		acquireReturns: !cfg.querySet[qAcquire] && cfg.dialect != MySQL,
 	}
 	for _, c := range []struct {
 		dst   *query
 		named string
 	}{
-		{&r.deleteExpired, deleteExpiredSQL + defaults.now},
-		{&r.deleteMine, deleteMineSQL},
-		{&r.selectMine, selectMineSQL},
-		{&r.deleteOne, releaseSQL}, // not a custom release query: Close deletes only its own rows
+		{&r.deleteExpired, defaults.complete(deleteExpiredSQL)},
+		{&r.expireMine, defaults.complete(expireMineSQL)},
+		{&r.selectMine, defaults.complete(selectMineSQL)},
+		{&r.expireOne, defaults.complete(releaseSQL)}, // not a custom release query: Close touches only its own rows
 		{&r.check, checkSQL},
 	} {
 		if *c.dst, err = compile(c.named, cfg.prefix, cfg.dialect); err != nil {
@@ -145,26 +151,31 @@ func (r *LockRepository) params(lockKey string, ttl time.Duration) params {
 // with a nil error when another client holds an unexpired lease.
 //
 // It is one upsert statement, one round trip once prepared, in no explicit
-// transaction; expiry is computed from the database's clock. It fails with
+// transaction; expiry is computed from the database's clock. The same
+// statement issues the lease's fencing token (see [registry.Lease]): the
+// database's clock in microseconds, or the row's previous token plus one if
+// that is greater, so a key's tokens increase across holders and survive
+// the deletion of its row. A custom acquire query (WithAcquireQuery) issues
+// token 0. It fails with
 // an error wrapping registry.ErrClosed after Close, and with an error
 // satisfying errors.Is(err, registry.ErrTransient) for failures that may
 // pass on retry. ttl must be positive; it is rounded up to a microsecond
 // (SQLite stores milliseconds).
-func (r *LockRepository) Acquire(ctx context.Context, key string, ttl time.Duration) (bool, error) {
+func (r *LockRepository) Acquire(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
 	what := opKey("acquire", key)
 	if ttl <= 0 {
-		return false, fmt.Errorf("%s: ttl %v: %w", what, ttl, registry.ErrInvalidTTL)
+		return registry.Lease{}, false, fmt.Errorf("%s: ttl %v: %w", what, ttl, registry.ErrInvalidTTL)
 	}
 	lk, err := r.lockKey(key)
 	if err != nil {
-		return false, fmt.Errorf("%s: %w", what, err)
+		return registry.Lease{}, false, fmt.Errorf("%s: %w", what, err)
 	}
 	hk := heldKey(lk)
 
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return false, fmt.Errorf("%s: %w", what, registry.ErrClosed)
+		return registry.Lease{}, false, fmt.Errorf("%s: %w", what, registry.ErrClosed)
 	}
 	h := r.held[hk]
 	if h == nil {
@@ -174,7 +185,7 @@ func (r *LockRepository) Acquire(ctx context.Context, key string, ttl time.Durat
 	h.acquiring++ // from before the statement is sent, so Close spares the row
 	r.mu.Unlock()
 
-	acquired, err := r.doAcquire(ctx, lk, ttl)
+	lease, acquired, err := r.doAcquire(ctx, lk, ttl)
 
 	r.mu.Lock()
 	h.acquiring--
@@ -192,27 +203,39 @@ func (r *LockRepository) Acquire(ctx context.Context, key string, ttl time.Durat
 	r.mu.Unlock()
 
 	if err != nil {
-		return false, r.wrap(ctx, what, err)
+		return registry.Lease{}, false, r.wrap(ctx, what, err)
 	}
-	return acquired, nil
+	return lease, acquired, nil
 }
 
-func (r *LockRepository) doAcquire(ctx context.Context, lockKey string, ttl time.Duration) (bool, error) {
-	res, err := r.acquire.exec(ctx, r.db, r.acquire.q.args(r.params(lockKey, ttl)))
+func (r *LockRepository) doAcquire(ctx context.Context, lockKey string, ttl time.Duration) (registry.Lease, bool, error) {
+	args := r.acquire.q.args(r.params(lockKey, ttl))
+	if r.acquireReturns {
+		var lease registry.Lease
+		ok, err := r.acquire.scan(ctx, r.db, args, &lease.Token)
+		return lease, ok, err
+	}
+	res, err := r.acquire.exec(ctx, r.db, args)
 	if err != nil {
-		return false, err
+		return registry.Lease{}, false, err
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return false, err
+		return registry.Lease{}, false, err
 	}
 	switch {
 	case n == 0:
-		return false, nil
+		return registry.Lease{}, false, nil
 	case n == 1, n == 2 && r.cfg.dialect == MySQL:
-		return true, nil
+		var lease registry.Lease
+		if !r.cfg.querySet[qAcquire] { // the default sets LAST_INSERT_ID to the token
+			if lease.Token, err = res.LastInsertId(); err != nil {
+				return registry.Lease{}, false, err
+			}
+		}
+		return lease, true, nil
 	}
-	return false, fmt.Errorf("the acquire statement affected %d rows; it must affect at most one", n)
+	return registry.Lease{}, false, fmt.Errorf("the acquire statement affected %d rows; it must affect at most one", n)
 }
 
 // Renew extends this client's unexpired lease on key to ttl from now. It
@@ -256,13 +279,15 @@ func lost(res sql.Result) error {
 	return nil
 }
 
-// Release gives up this client's lease on key by deleting its row, expired
-// or not (nobody else has held an expired row that is still this client's).
-// It fails with an error wrapping registry.ErrLockLost when the row is gone
-// or belongs to another client. After it returns nil or ErrLockLost the key
-// no longer counts as held, so Close may delete a row left behind.
+// Release gives up this client's lease on key by expiring its row in place,
+// expired or not (nobody else has held an expired row that is still this
+// client's). The row stays, with its fencing token, for the next holder;
+// DeleteExpired removes such rows. Release fails with an error wrapping
+// registry.ErrLockLost when the row is gone or belongs to another client.
+// After it returns nil or ErrLockLost the key no longer counts as held, so
+// Close may expire a row left behind.
 //
-// It is one DELETE statement, one round trip once prepared. It keeps working
+// It is one UPDATE statement, one round trip once prepared. It keeps working
 // after Close.
 func (r *LockRepository) Release(ctx context.Context, key string) error {
 	what := opKey("release", key)
@@ -300,13 +325,14 @@ func (r *LockRepository) isHeld(lockKey string) bool {
 }
 
 // Close makes later Acquire calls fail with an error wrapping
-// registry.ErrClosed and deletes this client's rows in its region that it
-// does not hold: rows left behind by a Release that failed, or by an
-// earlier process with the same client id. It never deletes a lease that is
-// held or being acquired; Renew and Release keep working on those.
+// registry.ErrClosed and releases (expires) this client's unexpired rows in
+// its region that it does not hold: rows left behind by a Release that
+// failed, or by an earlier process with the same client id. It never
+// releases a lease that is held or being acquired; Renew and Release keep
+// working on those.
 //
-// It costs one DELETE when no key is held, and otherwise a SELECT of this
-// client's rows plus a DELETE for each one not held. It closes the prepared
+// It costs one UPDATE when no key is held, and otherwise a SELECT of this
+// client's unexpired rows plus an UPDATE for each one not held. It closes the prepared
 // statements. Once a Close has succeeded, Close returns nil without I/O; a
 // Close that failed may be retried.
 func (r *LockRepository) Close(ctx context.Context) error {
@@ -325,7 +351,7 @@ func (r *LockRepository) Close(ctx context.Context) error {
 		r.renew.close()
 		r.release.close()
 	}
-	if err := r.deleteUnheld(ctx, noneHeld); err != nil {
+	if err := r.releaseUnheld(ctx, noneHeld); err != nil {
 		return r.wrap(ctx, "jdbc: close", err)
 	}
 	r.mu.Lock()
@@ -334,10 +360,10 @@ func (r *LockRepository) Close(ctx context.Context) error {
 	return nil
 }
 
-func (r *LockRepository) deleteUnheld(ctx context.Context, noneHeld bool) error {
+func (r *LockRepository) releaseUnheld(ctx context.Context, noneHeld bool) error {
 	p := r.params("", 0)
 	if noneHeld {
-		_, err := r.db.ExecContext(ctx, r.deleteMine.sql, r.deleteMine.args(p)...)
+		_, err := r.db.ExecContext(ctx, r.expireMine.sql, r.expireMine.args(p)...)
 		return err
 	}
 	rows, err := r.db.QueryContext(ctx, r.selectMine.sql, r.selectMine.args(p)...)
@@ -362,7 +388,7 @@ func (r *LockRepository) deleteUnheld(ctx context.Context, noneHeld bool) error 
 			continue
 		}
 		p.lockKey = k
-		if _, err := r.db.ExecContext(ctx, r.deleteOne.sql, r.deleteOne.args(p)...); err != nil {
+		if _, err := r.db.ExecContext(ctx, r.expireOne.sql, r.expireOne.args(p)...); err != nil {
 			return err
 		}
 	}

@@ -34,7 +34,7 @@ func expire() { time.Sleep(shortTTL + 200*time.Millisecond) }
 
 func acquire(t testing.TB, repo *jdbc.LockRepository, key string, ttl time.Duration) bool {
 	t.Helper()
-	ok, err := repo.Acquire(context.Background(), key, ttl)
+	_, ok, err := repo.Acquire(context.Background(), key, ttl)
 	if err != nil {
 		t.Fatalf("Acquire(%.40q): %v", key, err)
 	}
@@ -74,6 +74,15 @@ func wantOwner(t testing.TB, db testDB, region, key string, owner *jdbc.LockRepo
 	return l
 }
 
+// wantReleased checks that key's row is gone or expired: released rows stay
+// in the table, expired, with their fencing token.
+func wantReleased(t testing.TB, db testDB, region, key string) {
+	t.Helper()
+	if l, ok := db.leaseOf(t, table, region, jdbc.UUIDKey(key)); ok && l.Remaining > 0 {
+		t.Fatalf("row of %q is still leased: %+v", key, l)
+	}
+}
+
 func wantNoRow(t testing.TB, db testDB, region, key string) {
 	t.Helper()
 	if l, ok := db.leaseOf(t, table, region, jdbc.UUIDKey(key)); ok {
@@ -98,7 +107,7 @@ func TestAcquireTakesAFreeLock(t *testing.T) {
 	})
 }
 
-func TestReleaseDeletesTheRow(t *testing.T) {
+func TestReleaseExpiresTheRow(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		region := randomRegion()
 		repo := newRepo(t, db, jdbc.WithRegion(region))
@@ -106,7 +115,7 @@ func TestReleaseDeletesTheRow(t *testing.T) {
 		if err := repo.Release(t.Context(), "k"); err != nil {
 			t.Fatal(err)
 		}
-		wantNoRow(t, db, region, "k")
+		wantReleased(t, db, region, "k")
 	})
 }
 
@@ -225,7 +234,7 @@ func TestReleaseOfOwnExpiredLeaseSucceeds(t *testing.T) {
 		if err := repo.Release(t.Context(), "k"); err != nil {
 			t.Fatalf("Release of an expired lease nobody took over: %v", err)
 		}
-		wantNoRow(t, db, region, "k")
+		wantReleased(t, db, region, "k")
 	})
 }
 
@@ -282,7 +291,7 @@ func TestRacingClientsExactlyOneAcquires(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				for {
-					ok, err := repo.Acquire(context.Background(), "contended", longTTL)
+					_, ok, err := repo.Acquire(context.Background(), "contended", longTTL)
 					if errors.Is(err, registry.ErrTransient) {
 						continue // the registry retries these
 					}
@@ -323,7 +332,7 @@ func TestContentionCausesNoDuplicateKeyErrors(t *testing.T) {
 			repo := newRepo(t, db, jdbc.WithRegion(region))
 			wg.Go(func() {
 				for range rounds {
-					ok, err := repo.Acquire(context.Background(), "hot", longTTL)
+					_, ok, err := repo.Acquire(context.Background(), "hot", longTTL)
 					if err == nil && ok {
 						err = repo.Release(context.Background(), "hot")
 					}
@@ -442,7 +451,7 @@ func TestUnusualKeysAcquireAndRelease(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		repo := newRepo(t, db)
 		for name, key := range keys {
-			ok, err := repo.Acquire(t.Context(), key, longTTL)
+			_, ok, err := repo.Acquire(t.Context(), key, longTTL)
 			if err != nil || !ok {
 				t.Fatalf("%s key: Acquire = %v, %v; want true, nil", name, ok, err)
 			}
@@ -508,7 +517,7 @@ func TestCustomKeyMappingIsUsed(t *testing.T) {
 		if err := repo.Release(t.Context(), "x"); err != nil {
 			t.Fatal(err)
 		}
-		_, err := repo.Acquire(t.Context(), strings.Repeat("x", 40), longTTL)
+		_, _, err := repo.Acquire(t.Context(), strings.Repeat("x", 40), longTTL)
 		if !errors.Is(err, jdbc.ErrInvalidOption) || !strings.Contains(err.Error(), "WithKeyMapping") {
 			t.Fatalf("a mapping to 42 bytes: got %v, want ErrInvalidOption naming WithKeyMapping", err)
 		}
@@ -602,7 +611,7 @@ func TestMissingTableIsErrNoTable(t *testing.T) {
 		db.exec(t, `DROP TABLE IF EXISTS TEST_LOCK`)
 		repo := newRepo(t, db, jdbc.WithPrefix("TEST_"))
 		ctx := t.Context()
-		_, acquireErr := repo.Acquire(ctx, "k", longTTL)
+		_, _, acquireErr := repo.Acquire(ctx, "k", longTTL)
 		_, deleteErr := repo.DeleteExpired(ctx)
 		for op, err := range map[string]error{
 			"Acquire":       acquireErr,

@@ -129,8 +129,8 @@ func TestAcquireRenewAndReleaseTakeOneRoundTripEach(t *testing.T) {
 			name string
 			run  func() error
 		}{
-			{"Acquire", func() error { _, err := repo.Acquire(ctx, "k", longTTL); return err }},
-			{"Acquire again", func() error { _, err := repo.Acquire(ctx, "k", longTTL); return err }},
+			{"Acquire", func() error { _, _, err := repo.Acquire(ctx, "k", longTTL); return err }},
+			{"Acquire again", func() error { _, _, err := repo.Acquire(ctx, "k", longTTL); return err }},
 			{"Renew", func() error { return repo.Renew(ctx, "k", longTTL) }},
 			{"Release", func() error { return repo.Release(ctx, "k") }},
 		} {

@@ -44,6 +44,11 @@ func CreateSchema(ctx context.Context, db DB, opts ...Option) error {
 		}
 		script := scriptPrefix.ReplaceAllLiteralString(string(b), cfg.prefix)
 		for _, s := range statements(script) {
+			if exists, err := columnExists(ctx, db, s); err != nil {
+				return r.wrap(ctx, "jdbc: create schema: "+name, err)
+			} else if exists {
+				continue
+			}
 			_, err := db.ExecContext(ctx, s)
 			if err != nil && cfg.dialect == Postgres && isDuplicateObject(err) && ctx.Err() == nil {
 				_, err = db.ExecContext(ctx, s)
@@ -54,6 +59,26 @@ func CreateSchema(ctx context.Context, db DB, opts ...Option) error {
 		}
 	}
 	return nil
+}
+
+// addColumn matches the scripts' statements that add a column.
+var addColumn = regexp.MustCompile(`(?i)^ALTER\s+TABLE\s+(\w+)\s+ADD\s+(?:COLUMN\s+)?(\w+)\s`)
+
+// columnExists reports whether statement adds a column that already exists:
+// not every database has ADD COLUMN IF NOT EXISTS. The probe reads no rows;
+// any failure of it means the column (or its table) is missing, and the
+// statement itself then reports what is wrong.
+func columnExists(ctx context.Context, db DB, statement string) (bool, error) {
+	m := addColumn.FindStringSubmatch(statement)
+	if m == nil {
+		return false, nil
+	}
+	rows, err := db.QueryContext(ctx, "SELECT "+m[2]+" FROM "+m[1]+" WHERE 1 = 0")
+	if err != nil {
+		return false, ctx.Err()
+	}
+	rows.Close()
+	return true, nil
 }
 
 // statements splits a script into statements: it drops "--" comment lines

@@ -3,6 +3,7 @@ package jdbc
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"sync"
 )
 
@@ -30,6 +31,25 @@ func (s *stmt) exec(ctx context.Context, db DB, args []any) (sql.Result, error) 
 	}
 	defer s.put()
 	return st.ExecContext(ctx, args...)
+}
+
+// scan executes the statement, a query of at most one row, and scans that
+// row into dest. It reports false, with a nil error, when there is no row.
+func (s *stmt) scan(ctx context.Context, db DB, args []any, dest ...any) (bool, error) {
+	var row *sql.Row
+	if st := s.get(ctx, db); st == nil {
+		row = db.QueryRowContext(ctx, s.q.sql, args...)
+	} else {
+		defer s.put()
+		row = st.QueryRowContext(ctx, args...)
+	}
+	switch err := row.Scan(dest...); {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
 }
 
 // get returns the prepared statement, registered as in use, or nil.

@@ -77,6 +77,23 @@ type Lock interface {
 	// RenewTTL is Renew with a new lease duration, used from then on.
 	RenewTTL(ctx context.Context, ttl time.Duration) error
 
+	// Token returns the fencing token of the current hold: greater than the
+	// token of every earlier hold of the key, in any process. Pass it to
+	// the storage the lock guards and let it refuse writes that carry a
+	// token lower than the last one it saw: a holder that stalled past its
+	// lease is then refused. It returns 0 if the lock is not held or the
+	// repository issues no tokens.
+	Token() int64
+
+	// Done returns a channel that is closed when the current hold ends or
+	// may have ended: on unlock, when a renewal finds the lease lost, and a
+	// safety margin (a fifth of the TTL) before the lease would expire
+	// unless it has been renewed by then. Work guarded by the lock should
+	// stop when it closes. For a lock that is not held it returns a closed
+	// channel. With [WithKeepAlive] leases are renewed in the background,
+	// so Done closes only when renewal fails for too long.
+	Done() <-chan struct{}
+
 	// Key returns the key the lock was obtained for.
 	Key() string
 }
@@ -98,10 +115,25 @@ type lock struct {
 	sem  chan struct{}
 	held atomic.Bool // the lease is taken and not yet unlocked
 
-	mu      sync.Mutex // guards the lease fields below
-	ttl     time.Duration
-	renewed time.Time // local time of the last successful acquire or renew
+	mu  sync.Mutex // guards cur and its fields
+	cur *hold      // the current hold, nil when not held
 }
+
+// hold is one acquisition of a lock, from the lease's acquisition to its
+// release.
+type hold struct {
+	token    int64
+	ttl      time.Duration
+	expiry   time.Time // local time by which the lease ends unless renewed
+	deadline time.Time // expiry less the safety margin: Done closes then
+	done     chan struct{}
+	lost     bool        // done is closed
+	watchdog *time.Timer // closes done at deadline
+	renewal  *time.Timer // keep-alive; nil without WithKeepAlive
+}
+
+// closedChan is what Done returns for a lock that is not held.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func newLock(r *Registry, key string) *lock {
 	return &lock{reg: r, key: key, lastUsed: time.Now(), sem: make(chan struct{}, 1)}
@@ -240,15 +272,20 @@ func (l *lock) takeLease(ctx context.Context, ttl time.Duration, mode waitMode) 
 		if ctx.Err() != nil || pastDeadline(ctx) {
 			return false, l.wrap("lock", deadlineIsNotError(ctx, mode))
 		}
-		ok, aerr := l.attempt(ctx, ttl, func(ctx context.Context) (bool, error) {
-			return l.reg.repo.Acquire(ctx, l.key, ttl)
+		var lease Lease
+		sent := time.Now()
+		ok, aerr := l.attempt(ctx, ttl, func(ctx context.Context) (ok bool, err error) {
+			lease, ok, err = l.reg.repo.Acquire(ctx, l.key, ttl)
+			return ok, err
 		})
 		ambiguous = aerr != nil && (errors.Is(aerr, ErrTransient) || ctx.Err() != nil)
 		var delay time.Duration
 		switch {
 		case aerr == nil && ok:
+			h := &hold{token: lease.Token, ttl: ttl, done: make(chan struct{})}
 			l.mu.Lock()
-			l.ttl, l.renewed = ttl, time.Now()
+			l.cur = h
+			l.arm(h, sent)
 			l.mu.Unlock()
 			l.held.Store(true)
 			return true, nil
@@ -343,7 +380,12 @@ func (h *lock) UnlockContext(ctx context.Context) error {
 		return h.wrap("unlock", ErrNotHeld)
 	}
 	defer l.releaseLocal()
-	return l.retry(ctx, "unlock", func(ctx context.Context) error {
+	l.mu.Lock()
+	cur := l.cur
+	l.cur = nil
+	l.end(cur)
+	l.mu.Unlock()
+	return l.retry(ctx, "unlock", cur, func(ctx context.Context) error {
 		return l.reg.repo.Release(ctx, l.key)
 	})
 }
@@ -361,31 +403,184 @@ func (h *lock) RenewTTL(ctx context.Context, ttl time.Duration) error {
 
 func (h *lock) renew(ctx context.Context, ttl time.Duration) error {
 	l := h.reg.holder(h.key)
-	if l == nil || !l.held.Load() {
+	if l == nil {
 		return h.wrap("renew", ErrNotHeld)
 	}
 	l.mu.Lock()
-	if ttl == 0 {
-		ttl = l.ttl
+	cur := l.cur
+	if cur != nil && ttl == 0 {
+		ttl = cur.ttl
 	}
 	l.mu.Unlock()
-	err := l.retry(ctx, "renew", func(ctx context.Context) error {
+	if cur == nil {
+		return h.wrap("renew", ErrNotHeld)
+	}
+	sent := time.Now()
+	err := l.retry(ctx, "renew", cur, func(ctx context.Context) error {
 		return l.reg.repo.Renew(ctx, l.key, ttl)
 	})
-	if err == nil {
-		l.mu.Lock()
-		l.ttl, l.renewed = ttl, time.Now()
-		l.mu.Unlock()
-	}
+	l.renewed(cur, ttl, sent, err)
 	return err
 }
 
-// retry runs a release or renewal, retrying transient errors with backoff
-// until ctx is done or the lease has run out its TTL, after which a retry
-// could no longer matter.
-func (l *lock) retry(ctx context.Context, op string, call func(context.Context) error) error {
+// renewed records the outcome of a renewal of h sent at sent.
+func (l *lock) renewed(h *hold, ttl time.Duration, sent time.Time, err error) {
 	l.mu.Lock()
-	ttl, expiry := l.ttl, l.renewed.Add(l.ttl)
+	defer l.mu.Unlock()
+	if l.cur != h {
+		return // unlocked meanwhile
+	}
+	switch {
+	case err == nil:
+		h.ttl = ttl
+		l.arm(h, sent)
+	case errors.Is(err, ErrLockLost):
+		l.lose(h)
+	}
+}
+
+// arm sets h's expiry from the send time of the statement that took or
+// renewed the lease (the database computed the expiry later, so the lease
+// lasts at least this long) and schedules the watchdog and keep-alive.
+// l.mu must be held.
+func (l *lock) arm(h *hold, sent time.Time) {
+	h.expiry = sent.Add(h.ttl)
+	h.deadline = h.expiry.Add(-h.ttl / 5)
+	if h.watchdog == nil {
+		h.watchdog = time.AfterFunc(time.Until(h.deadline), func() { l.watch(h) })
+	} else {
+		h.watchdog.Reset(time.Until(h.deadline))
+	}
+	if !l.reg.opts.keepAlive {
+		return
+	}
+	next := time.Until(sent.Add(h.ttl / 3))
+	if h.renewal == nil {
+		h.renewal = time.AfterFunc(next, func() { l.keepAlive(h) })
+	} else {
+		h.renewal.Reset(next)
+	}
+}
+
+// watch closes h's done channel once its deadline has passed.
+func (l *lock) watch(h *hold) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur != h || h.lost {
+		return
+	}
+	if wait := time.Until(h.deadline); wait > 0 { // renewed as the timer fired
+		h.watchdog.Reset(wait)
+		return
+	}
+	l.lose(h)
+	if l.reg.opts.keepAlive {
+		l.reg.report(l.key, l.wrap("keep-alive", errors.New("lease not renewed before its safety margin; Done closed")))
+	}
+}
+
+// lose closes h's done channel and stops its renewals. l.mu must be held.
+func (l *lock) lose(h *hold) {
+	if h.lost {
+		return
+	}
+	h.lost = true
+	close(h.done)
+	if h.renewal != nil {
+		h.renewal.Stop()
+	}
+}
+
+// end finishes h at unlock. l.mu must be held.
+func (l *lock) end(h *hold) {
+	if h.watchdog != nil {
+		h.watchdog.Stop()
+	}
+	l.lose(h)
+}
+
+// keepAlive renews h in the background, retrying failures until the
+// lease's deadline, when the watchdog gives up on it. It stops when the
+// registry closes.
+func (l *lock) keepAlive(h *hold) {
+	if !l.reg.startCleanup() {
+		return
+	}
+	defer l.reg.endCleanup()
+	l.mu.Lock()
+	live, ttl, deadline := l.cur == h && !h.lost, h.ttl, h.deadline
+	l.mu.Unlock()
+	if !live {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	bo := newBackoff(l.reg.opts.idle)
+	for {
+		sent := time.Now()
+		err := l.reg.repo.Renew(ctx, l.key, ttl)
+		if err == nil || errors.Is(err, ErrLockLost) || ctx.Err() != nil {
+			if err != nil && l.current(h) {
+				l.reg.report(l.key, l.wrap("keep-alive", err))
+			}
+			l.renewed(h, ttl, sent, err)
+			return
+		}
+		if !l.current(h) {
+			return
+		}
+		l.reg.report(l.key, l.wrap("keep-alive (retrying)", err))
+		t := time.NewTimer(bo.next())
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return // the watchdog closes done
+		case <-l.reg.done:
+			t.Stop()
+			return
+		}
+	}
+}
+
+func (l *lock) current(h *hold) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cur == h
+}
+
+func (h *lock) Token() int64 {
+	l := h.reg.holder(h.key)
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur == nil {
+		return 0
+	}
+	return l.cur.token
+}
+
+func (h *lock) Done() <-chan struct{} {
+	l := h.reg.holder(h.key)
+	if l == nil {
+		return closedChan
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur == nil {
+		return closedChan
+	}
+	return l.cur.done
+}
+
+// retry runs a release or renewal of hold h, retrying transient errors with
+// backoff until ctx is done or the lease has run out its TTL, after which a
+// retry could no longer matter.
+func (l *lock) retry(ctx context.Context, op string, h *hold, call func(context.Context) error) error {
+	l.mu.Lock()
+	ttl, expiry := h.ttl, h.expiry
 	l.mu.Unlock()
 	bo := newBackoff(l.reg.opts.idle)
 	for {

@@ -28,11 +28,11 @@ func newHooked() (*hooked, *registrytest.Memory) {
 	return &hooked{Repository: m.NewClient()}, m
 }
 
-func (h *hooked) Acquire(ctx context.Context, key string, ttl time.Duration) (bool, error) {
+func (h *hooked) Acquire(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
 	h.acquires.Add(1)
 	if h.acquire != nil {
 		if handled, ok, err := h.acquire(ctx); handled {
-			return ok, err
+			return registry.Lease{}, ok, err
 		}
 	}
 	return h.Repository.Acquire(ctx, key, ttl)
@@ -235,7 +235,7 @@ func TestAbandonedAttemptIsReleasedBeforeTheKeyIsFreedLocally(t *testing.T) {
 		if first.CompareAndSwap(true, false) {
 			<-ctx.Done()
 			// The statement committed although the caller gave up.
-			ok, err := repo.Repository.Acquire(context.Background(), "k", time.Minute)
+			_, ok, err := repo.Repository.Acquire(context.Background(), "k", time.Minute)
 			if !ok || err != nil {
 				panic("setup")
 			}
@@ -266,7 +266,7 @@ func TestAbandonedAttemptIsReleasedBeforeTheKeyIsFreedLocally(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := m.NewClient()
-	if ok, _ := other.Acquire(context.Background(), "k", time.Minute); !ok {
+	if _, ok, _ := other.Acquire(context.Background(), "k", time.Minute); !ok {
 		t.Fatal("the lease taken by the abandoned attempt was not released")
 	}
 }

@@ -21,6 +21,7 @@ type options struct {
 	idle          time.Duration
 	cacheCapacity int
 	errorHandler  func(key string, err error)
+	keepAlive     bool
 }
 
 func defaultOptions() options {
@@ -71,6 +72,14 @@ func WithCacheCapacity(n int) Option { return func(o *options) { o.cacheCapacity
 func WithErrorHandler(f func(key string, err error)) Option {
 	return func(o *options) { o.errorHandler = f }
 }
+
+// WithKeepAlive makes the registry renew every held lease in the
+// background, a third of its TTL after it was taken or last renewed, so
+// that work may outlast the TTL. Renewal failures are retried and reported;
+// [Lock.Done] closes when the lease is found lost or could not be renewed
+// before the safety margin. Renewals stop when the registry is closed. Each
+// renewal is one repository call per held lock.
+func WithKeepAlive() Option { return func(o *options) { o.keepAlive = true } }
 
 func logError(key string, err error) {
 	slog.Error("lockreg: lock error", "key", key, "err", err)

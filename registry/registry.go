@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
@@ -69,7 +70,7 @@ func New(repo Repository, opts ...Option) *Registry {
 // needs no database; leases never expire and renewals always succeed. Unlike
 // Spring's, distinct keys never share a lock.
 func NewLocal(opts ...Option) *Registry {
-	return New(localRepository{}, opts...)
+	return New(new(localRepository), opts...)
 }
 
 // Obtain returns the lock for key. It performs no I/O and never fails: every
@@ -205,12 +206,12 @@ func (r *Registry) report(key string, err error) {
 }
 
 // localRepository grants every lease: the local per-key primitive alone
-// provides exclusion.
-type localRepository struct{}
+// provides exclusion. Its tokens increase across all keys.
+type localRepository struct{ tokens atomic.Int64 }
 
-func (localRepository) Acquire(context.Context, string, time.Duration) (bool, error) {
-	return true, nil
+func (r *localRepository) Acquire(context.Context, string, time.Duration) (Lease, bool, error) {
+	return Lease{Token: r.tokens.Add(1)}, true, nil
 }
-func (localRepository) Renew(context.Context, string, time.Duration) error { return nil }
-func (localRepository) Release(context.Context, string) error              { return nil }
-func (localRepository) Close(context.Context) error                        { return nil }
+func (*localRepository) Renew(context.Context, string, time.Duration) error { return nil }
+func (*localRepository) Release(context.Context, string) error              { return nil }
+func (*localRepository) Close(context.Context) error                        { return nil }

@@ -25,8 +25,8 @@ type Repository interface {
 	// Acquire takes the lease on key for ttl if nobody holds it, if it has
 	// expired, or if this client already holds it (then it is extended to
 	// ttl). It reports false with a nil error when another client holds an
-	// unexpired lease.
-	Acquire(ctx context.Context, key string, ttl time.Duration) (bool, error)
+	// unexpired lease. A lease it takes carries a fencing token.
+	Acquire(ctx context.Context, key string, ttl time.Duration) (Lease, bool, error)
 
 	// Renew extends this client's unexpired lease on key to ttl from now. It
 	// returns an error wrapping ErrLockLost when the lease has expired or
@@ -43,6 +43,16 @@ type Repository interface {
 	// Acquire calls with an error wrapping ErrClosed. Renew and Release keep
 	// working so that locks held at Close can still be unlocked.
 	Close(ctx context.Context) error
+}
+
+// A Lease describes a lease that [Repository.Acquire] took.
+type Lease struct {
+	// Token is the lease's fencing token: greater than the token of every
+	// earlier lease on the same key, whoever held it. Storage that guards
+	// writes with it (only write if the stored token is not greater) refuses
+	// a holder that stalled past its lease. Zero means the repository
+	// issues no tokens.
+	Token int64
 }
 
 var (

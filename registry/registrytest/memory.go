@@ -17,6 +17,7 @@ type Memory struct {
 	mu      sync.Mutex
 	leases  map[string]memLease
 	clients int
+	tokens  int64 // the last fencing token issued, for any key
 }
 
 type memLease struct {
@@ -56,24 +57,25 @@ type memClient struct {
 	closed bool // guarded by m.mu
 }
 
-func (c *memClient) Acquire(ctx context.Context, key string, ttl time.Duration) (bool, error) {
+func (c *memClient) Acquire(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return registry.Lease{}, false, err
 	}
 	if ttl <= 0 {
-		return false, fmt.Errorf("registrytest: acquire %q: %w", key, registry.ErrInvalidTTL)
+		return registry.Lease{}, false, fmt.Errorf("registrytest: acquire %q: %w", key, registry.ErrInvalidTTL)
 	}
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
 	if c.closed {
-		return false, fmt.Errorf("registrytest: acquire %q: %w", key, registry.ErrClosed)
+		return registry.Lease{}, false, fmt.Errorf("registrytest: acquire %q: %w", key, registry.ErrClosed)
 	}
 	now := time.Now()
 	if l, ok := c.m.leases[key]; ok && l.owner != c.id && l.expires.After(now) {
-		return false, nil
+		return registry.Lease{}, false, nil
 	}
 	c.m.leases[key] = memLease{owner: c.id, expires: now.Add(ttl)}
-	return true, nil
+	c.m.tokens++
+	return registry.Lease{Token: c.m.tokens}, true, nil
 }
 
 func (c *memClient) Renew(ctx context.Context, key string, ttl time.Duration) error {

@@ -48,6 +48,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Repository", func(t *testing.T) { runRepository(t, b) })
 	t.Run("Registry", func(t *testing.T) { runRegistry(t, b) })
 	t.Run("Cache", func(t *testing.T) { runCache(t, b) })
+	t.Run("Lease", func(t *testing.T) { runLease(t, b) })
 }
 
 func ctxT(t testing.TB) context.Context {
@@ -134,7 +135,7 @@ type counting struct {
 	failAcquires                    atomic.Int64 // fail this many with a transient error first
 }
 
-func (c *counting) Acquire(ctx context.Context, key string, ttl time.Duration) (bool, error) {
+func (c *counting) Acquire(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
 	c.acquires.Add(1)
 	n := c.inflight.Add(1)
 	defer c.inflight.Add(-1)
@@ -145,7 +146,7 @@ func (c *counting) Acquire(ctx context.Context, key string, ttl time.Duration) (
 		}
 	}
 	if c.failAcquires.Add(-1) >= 0 {
-		return false, registry.Transient(errors.New("registrytest: injected transient failure"))
+		return registry.Lease{}, false, registry.Transient(errors.New("registrytest: injected transient failure"))
 	}
 	return c.Repository.Acquire(ctx, key, ttl)
 }
@@ -166,10 +167,12 @@ func wrapped(t testing.TB, b Backend) *counting {
 // to count calls.
 type grantAll struct{}
 
-func (grantAll) Acquire(context.Context, string, time.Duration) (bool, error) { return true, nil }
-func (grantAll) Renew(context.Context, string, time.Duration) error           { return nil }
-func (grantAll) Release(context.Context, string) error                        { return nil }
-func (grantAll) Close(context.Context) error                                  { return nil }
+func (grantAll) Acquire(context.Context, string, time.Duration) (registry.Lease, bool, error) {
+	return registry.Lease{}, true, nil
+}
+func (grantAll) Renew(context.Context, string, time.Duration) error { return nil }
+func (grantAll) Release(context.Context, string) error              { return nil }
+func (grantAll) Close(context.Context) error                        { return nil }
 
 func must(t testing.TB, err error) {
 	t.Helper()
@@ -187,7 +190,7 @@ func wantLost(t testing.TB, err error) {
 
 func acquire(t testing.TB, r registry.Repository, key string, d time.Duration) bool {
 	t.Helper()
-	ok, err := r.Acquire(ctxT(t), key, d)
+	_, ok, err := r.Acquire(ctxT(t), key, d)
 	must(t, err)
 	return ok
 }

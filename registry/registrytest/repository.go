@@ -163,9 +163,9 @@ func testRacingClients(t *testing.T, b Backend) {
 		go func() {
 			defer wg.Done()
 			<-start
-			ok, err := c.Acquire(ctxT(t), key(t), time.Minute)
+			_, ok, err := c.Acquire(ctxT(t), key(t), time.Minute)
 			for errors.Is(err, registry.ErrTransient) {
-				ok, err = c.Acquire(ctxT(t), key(t), time.Minute)
+				_, ok, err = c.Acquire(ctxT(t), key(t), time.Minute)
 			}
 			if err != nil {
 				t.Error(err)
@@ -212,7 +212,7 @@ func testCloseRefuses(t *testing.T, b Backend) {
 	a := b.NewRepository(t)
 	acquire(t, a, key(t), time.Minute)
 	must(t, a.Close(ctxT(t)))
-	if _, err := a.Acquire(ctxT(t), key(t, "other"), time.Minute); !errors.Is(err, registry.ErrClosed) {
+	if _, _, err := a.Acquire(ctxT(t), key(t, "other"), time.Minute); !errors.Is(err, registry.ErrClosed) {
 		t.Fatalf("Acquire after Close: got %v, want registry.ErrClosed", err)
 	}
 	must(t, a.Release(ctxT(t), key(t)))
@@ -230,7 +230,7 @@ func testCloseKeepsHeld(t *testing.T, b Backend) {
 
 func testRepoBadTTL(t *testing.T, b Backend) {
 	a := client(t, b)
-	if _, err := a.Acquire(ctxT(t), key(t), 0); !errors.Is(err, registry.ErrInvalidTTL) {
+	if _, _, err := a.Acquire(ctxT(t), key(t), 0); !errors.Is(err, registry.ErrInvalidTTL) {
 		t.Fatalf("Acquire with ttl 0: got %v, want registry.ErrInvalidTTL", err)
 	}
 	acquire(t, a, key(t), time.Minute)
