@@ -1,11 +1,15 @@
 package jdbc
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -28,6 +32,8 @@ const (
 const (
 	defaultPrefix = "INT_"
 	defaultRegion = "DEFAULT"
+
+	defaultQueueTTL = time.Second
 )
 
 // An Option configures NewLockRepository and CreateSchema. Options are
@@ -45,6 +51,9 @@ type options struct {
 	clientSet  bool
 	queries    [3]string // acquire, renew, release; "" means default
 	querySet   [3]bool
+	listener   Listener
+	queueTTL   time.Duration
+	onError    func(error)
 }
 
 const (
@@ -68,6 +77,30 @@ func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 // without NUL bytes and at most 100 bytes long. It is bound as a query
 // parameter, so it may contain any other character.
 func WithRegion(r string) Option { return func(o *options) { o.region = r } }
+
+// WithListener makes a PostgreSQL repository announce releases through
+// LISTEN/NOTIFY, so that registries waiting in other processes try again
+// at once instead of after their idle interval. The release statement sends
+// the notification itself (only when somebody is queued for the key), so
+// announcing costs no extra round trip; receiving costs one connection per
+// repository, opened when the first registry waits and held until Close,
+// and re-opened after failures. Package pgxlisten provides a Listener for
+// pgx users, package pqlisten one for lib/pq users. Other dialects reject
+// this option: their waiters poll.
+func WithListener(l Listener) Option { return func(o *options) { o.listener = l } }
+
+// WithQueueTTL sets how long a waiter keeps its place in a key's queue
+// after its last attempt (default 1 s). PostgreSQL repositories serve
+// waiters in the order they began to wait; a waiter that polls less often
+// than this loses its place, and a waiter that vanished without leaving
+// holds up the others for at most this long. Make it a few times the
+// registry's idle interval. It must be positive.
+func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL = d } }
+
+// WithErrorHandler sets the function that receives errors of the
+// repository's background work: the notification listener's failures,
+// after which it reconnects. The default logs them with log/slog.
+func WithErrorHandler(f func(error)) Option { return func(o *options) { o.onError = f } }
 
 // WithClientID sets the client id, the identity that owns the rows this
 // repository writes. The default is a random UUID, so every repository is a
@@ -133,6 +166,9 @@ const (
 type config struct {
 	options
 	table string // prefix + "LOCK"
+	// channel is the PostgreSQL notification channel of the table and
+	// region: a hash, as channel names are at most 63 bytes long.
+	channel string
 }
 
 func invalid(option, value, why string) error {
@@ -187,7 +223,21 @@ func newConfig(db DB, opts []Option) (*config, error) {
 		return nil, invalid("WithDialect", string(c.dialect),
 			fmt.Sprintf("the dialect must be %q, %q or %q", Postgres, MySQL, SQLite))
 	}
+	if c.listener != nil && c.dialect != Postgres {
+		return nil, fmt.Errorf("%w: WithListener: notifications need PostgreSQL, not %s", ErrInvalidOption, c.dialect)
+	}
+	if c.queueTTL == 0 {
+		c.queueTTL = defaultQueueTTL
+	}
+	if c.queueTTL < 0 {
+		return nil, fmt.Errorf("%w: WithQueueTTL(%v): must be positive", ErrInvalidOption, c.queueTTL)
+	}
+	if c.onError == nil {
+		c.onError = func(err error) { slog.Error("lockreg: jdbc", "err", err) }
+	}
 	c.table = c.prefix + "LOCK"
+	sum := sha256.Sum256([]byte(c.prefix + "\x00" + c.region))
+	c.channel = "lockreg_" + hex.EncodeToString(sum[:12])
 	return c, nil
 }
 

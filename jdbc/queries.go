@@ -14,6 +14,8 @@ const (
 	paramRegion   = "region"    // the repository's region
 	paramClientID = "client_id" // the repository's client id
 	paramTTL      = "ttl"       // the lease length in microseconds, an int64
+	paramWait     = "wait"      // how long a place in the queue lasts, in microseconds
+	paramChannel  = "channel"   // the PostgreSQL notification channel of the table and region
 )
 
 // dialectSQL holds the default queries of one dialect, in sqlx named form,
@@ -34,19 +36,56 @@ type dialectSQL struct {
 	now, past string
 }
 
+// pgAcquire is PostgreSQL's acquire statement; it respects the queue.
+var pgAcquire = `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE) ` +
+	`VALUES (:lock_key, :region, :client_id, timezone('UTC', now()), ` +
+	`timezone('UTC', now()) + CAST(:ttl AS BIGINT) * INTERVAL '1 microsecond', ` +
+	`CAST(EXTRACT(EPOCH FROM now()) * 1000000 AS BIGINT)) ` +
+	`ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET CLIENT_ID = EXCLUDED.CLIENT_ID, EXPIRED_AFTER = EXCLUDED.EXPIRED_AFTER, ` +
+	`FENCE = GREATEST(%sLOCK.FENCE + 1, EXCLUDED.FENCE) ` +
+	`WHERE (%sLOCK.CLIENT_ID = EXCLUDED.CLIENT_ID OR %sLOCK.EXPIRED_AFTER < EXCLUDED.CREATED_DATE) ` +
+	`AND NOT EXISTS (` + pgAhead + `) ` +
+	`RETURNING FENCE`
+
+// pgAhead finds, within an ON CONFLICT clause, a live waiter of another
+// client that began to wait before this one (or before now, if this one is
+// not waiting): while there is one, the lease is not this client's to take.
+const pgAhead = `SELECT 1 FROM %sLOCK_WAIT o WHERE o.LOCK_KEY = EXCLUDED.LOCK_KEY AND o.REGION = EXCLUDED.REGION ` +
+	`AND o.CLIENT_ID <> EXCLUDED.CLIENT_ID AND o.WAITING_UNTIL >= EXCLUDED.CREATED_DATE ` +
+	`AND o.WAITING_SINCE < COALESCE((SELECT m.WAITING_SINCE FROM %sLOCK_WAIT m WHERE m.LOCK_KEY = EXCLUDED.LOCK_KEY ` +
+	`AND m.REGION = EXCLUDED.REGION AND m.CLIENT_ID = EXCLUDED.CLIENT_ID AND m.WAITING_UNTIL >= EXCLUDED.CREATED_DATE), ` +
+	`EXCLUDED.CREATED_DATE)`
+
+// PostgreSQL's queue: acquireOrWait is the default acquire statement (a)
+// that also leaves the queue when it takes the lease (d) or joins it, or
+// keeps its place, when it does not (w); release announces the release to
+// the queue's listeners when somebody waits. Both stay one statement.
+var (
+	pgAcquireOrWait = `WITH a AS (` + pgAcquire + `), ` +
+		`d AS (DELETE FROM %sLOCK_WAIT WHERE LOCK_KEY = :lock_key AND REGION = :region AND CLIENT_ID = :client_id ` +
+		`AND EXISTS (SELECT 1 FROM a)), ` +
+		`w AS (INSERT INTO %sLOCK_WAIT (LOCK_KEY, REGION, CLIENT_ID, WAITING_SINCE, WAITING_UNTIL) ` +
+		`SELECT :lock_key, :region, :client_id, timezone('UTC', now()), ` +
+		`timezone('UTC', now()) + CAST(:wait AS BIGINT) * INTERVAL '1 microsecond' WHERE NOT EXISTS (SELECT 1 FROM a) ` +
+		`ON CONFLICT (LOCK_KEY, REGION, CLIENT_ID) DO UPDATE SET WAITING_UNTIL = EXCLUDED.WAITING_UNTIL, ` +
+		`WAITING_SINCE = CASE WHEN %sLOCK_WAIT.WAITING_UNTIL < EXCLUDED.WAITING_SINCE ` +
+		`THEN EXCLUDED.WAITING_SINCE ELSE %sLOCK_WAIT.WAITING_SINCE END) ` +
+		`SELECT FENCE FROM a`
+	pgRelease = `WITH r AS (UPDATE %sLOCK SET EXPIRED_AFTER = PAST ` +
+		`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id RETURNING LOCK_KEY) ` +
+		`SELECT count(*) FROM r LEFT JOIN LATERAL (SELECT pg_notify(CAST(:channel AS TEXT), CAST(r.LOCK_KEY AS TEXT)) ` +
+		`WHERE EXISTS (SELECT 1 FROM %sLOCK_WAIT q WHERE q.LOCK_KEY = r.LOCK_KEY AND q.REGION = :region ` +
+		`AND q.WAITING_UNTIL >= NOW)) n ON true`
+	pgLeave                = `DELETE FROM %sLOCK_WAIT WHERE LOCK_KEY = :lock_key AND REGION = :region AND CLIENT_ID = :client_id`
+	pgDeleteExpiredWaiters = `DELETE FROM %sLOCK_WAIT WHERE REGION = :region AND WAITING_UNTIL < NOW`
+)
+
 var defaultSQL = map[Dialect]dialectSQL{
 	Postgres: {
 		// ON CONFLICT waits for a racing insert of the same key to commit and
 		// then evaluates the WHERE against the committed row, so contention
 		// yields 0 rows instead of a duplicate-key error.
-		acquire: `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE) ` +
-			`VALUES (:lock_key, :region, :client_id, timezone('UTC', now()), ` +
-			`timezone('UTC', now()) + CAST(:ttl AS BIGINT) * INTERVAL '1 microsecond', ` +
-			`CAST(EXTRACT(EPOCH FROM now()) * 1000000 AS BIGINT)) ` +
-			`ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET CLIENT_ID = EXCLUDED.CLIENT_ID, EXPIRED_AFTER = EXCLUDED.EXPIRED_AFTER, ` +
-			`FENCE = GREATEST(%sLOCK.FENCE + 1, EXCLUDED.FENCE) ` +
-			`WHERE %sLOCK.CLIENT_ID = EXCLUDED.CLIENT_ID OR %sLOCK.EXPIRED_AFTER < EXCLUDED.CREATED_DATE ` +
-			`RETURNING FENCE`,
+		acquire: pgAcquire,
 		renew: `UPDATE %sLOCK SET EXPIRED_AFTER = timezone('UTC', now()) + CAST(:ttl AS BIGINT) * INTERVAL '1 microsecond' ` +
 			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= timezone('UTC', now())`,
 		now:  `timezone('UTC', now())`,
@@ -112,8 +151,8 @@ type query struct {
 
 // params are the values a query's named parameters take.
 type params struct {
-	lockKey, region, clientID string
-	ttl                       int64
+	lockKey, region, clientID, channel string
+	ttl, wait                          int64
 }
 
 func (q query) args(p params) []any {
@@ -128,6 +167,10 @@ func (q query) args(p params) []any {
 			args[i] = p.clientID
 		case paramTTL:
 			args[i] = p.ttl
+		case paramWait:
+			args[i] = p.wait
+		case paramChannel:
+			args[i] = p.channel
 		}
 	}
 	return args
@@ -156,10 +199,12 @@ func compile(named, prefix string, d Dialect) (query, error) {
 		paramRegion:   paramRegion,
 		paramClientID: paramClientID,
 		paramTTL:      paramTTL,
+		paramWait:     paramWait,
+		paramChannel:  paramChannel,
 	}
 	positional, names, err := sqlx.BindNamed(bindType(d), s, known)
 	if err != nil {
-		return query{}, fmt.Errorf("parameters must be among :lock_key, :region, :client_id, :ttl (write a literal colon as ::): %w", err)
+		return query{}, fmt.Errorf("parameters must be among :lock_key, :region, :client_id, :ttl, :wait, :channel (write a literal colon as ::): %w", err)
 	}
 	q := query{sql: positional, names: make([]string, len(names))}
 	for i, n := range names {

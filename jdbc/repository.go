@@ -40,8 +40,13 @@ type LockRepository struct {
 	acquire, renew, release *stmt // prepared lazily, closed by Close
 	// acquireReturns says the acquire statement returns the fencing token
 	// as a row (the default on PostgreSQL and SQLite); otherwise it is
-	// judged by the rows it affects.
-	acquireReturns bool
+	// judged by the rows it affects. releaseReturns says the release
+	// statement returns the count of rows it released (PostgreSQL's
+	// default, which also announces the release).
+	acquireReturns, releaseReturns bool
+
+	queue *queue // PostgreSQL's waiter queue; nil elsewhere
+	ears  *ears  // listens for announced releases; nil without WithListener
 
 	deleteExpired, expireMine, selectMine, expireOne, check query
 
@@ -73,6 +78,9 @@ func NewLockRepository(db DB, opts ...Option) (*LockRepository, error) {
 	}
 	defaults := defaultSQL[cfg.dialect]
 	named := [3]string{defaults.acquire, defaults.renew, defaults.complete(releaseSQL)}
+	if cfg.dialect == Postgres {
+		named[qRelease] = defaults.complete(pgRelease) // announces the release
+	}
 	var prepared [3]*stmt
 	for i := range named {
 		option := ""
@@ -97,6 +105,15 @@ func NewLockRepository(db DB, opts ...Option) (*LockRepository, error) {
 		held:    make(map[string]*holding),
 
 		acquireReturns: !cfg.querySet[qAcquire] && cfg.dialect != MySQL,
+		releaseReturns: !cfg.querySet[qRelease] && cfg.dialect == Postgres,
+	}
+	if cfg.dialect == Postgres && !cfg.querySet[qAcquire] {
+		if r.queue, err = newQueue(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.listener != nil {
+		r.ears = newEars(cfg.listener, cfg.channel, cfg.onError)
 	}
 	for _, c := range []struct {
 		dst   *query
@@ -142,7 +159,8 @@ func micros(ttl time.Duration) int64 {
 }
 
 func (r *LockRepository) params(lockKey string, ttl time.Duration) params {
-	return params{lockKey: lockKey, region: r.cfg.region, clientID: r.cfg.clientID, ttl: micros(ttl)}
+	return params{lockKey: lockKey, region: r.cfg.region, clientID: r.cfg.clientID, ttl: micros(ttl),
+		wait: micros(r.cfg.queueTTL), channel: r.cfg.channel}
 }
 
 // Acquire takes the lease on key for ttl if nobody holds it, if it has
@@ -162,7 +180,12 @@ func (r *LockRepository) params(lockKey string, ttl time.Duration) params {
 // pass on retry. ttl must be positive; it is rounded up to a microsecond
 // (SQLite stores milliseconds).
 func (r *LockRepository) Acquire(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
-	what := opKey("acquire", key)
+	return r.acquireWith(ctx, "acquire", key, ttl, r.acquire)
+}
+
+// acquireWith runs an acquire statement, keeping the held set.
+func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl time.Duration, st *stmt) (registry.Lease, bool, error) {
+	what := opKey(op, key)
 	if ttl <= 0 {
 		return registry.Lease{}, false, fmt.Errorf("%s: ttl %v: %w", what, ttl, registry.ErrInvalidTTL)
 	}
@@ -185,7 +208,7 @@ func (r *LockRepository) Acquire(ctx context.Context, key string, ttl time.Durat
 	h.acquiring++ // from before the statement is sent, so Close spares the row
 	r.mu.Unlock()
 
-	lease, acquired, err := r.doAcquire(ctx, lk, ttl)
+	lease, acquired, err := r.doAcquire(ctx, st, lk, ttl)
 
 	r.mu.Lock()
 	h.acquiring--
@@ -208,14 +231,14 @@ func (r *LockRepository) Acquire(ctx context.Context, key string, ttl time.Durat
 	return lease, acquired, nil
 }
 
-func (r *LockRepository) doAcquire(ctx context.Context, lockKey string, ttl time.Duration) (registry.Lease, bool, error) {
-	args := r.acquire.q.args(r.params(lockKey, ttl))
+func (r *LockRepository) doAcquire(ctx context.Context, st *stmt, lockKey string, ttl time.Duration) (registry.Lease, bool, error) {
+	args := st.q.args(r.params(lockKey, ttl))
 	if r.acquireReturns {
 		var lease registry.Lease
-		ok, err := r.acquire.scan(ctx, r.db, args, &lease.Token)
+		ok, err := st.scan(ctx, r.db, args, &lease.Token)
 		return lease, ok, err
 	}
-	res, err := r.acquire.exec(ctx, r.db, args)
+	res, err := st.exec(ctx, r.db, args)
 	if err != nil {
 		return registry.Lease{}, false, err
 	}
@@ -295,9 +318,16 @@ func (r *LockRepository) Release(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	res, err := r.release.exec(ctx, r.db, r.release.q.args(r.params(lk, 0)))
-	if err == nil {
-		err = lost(res)
+	if r.releaseReturns {
+		var n int64
+		if _, err = r.release.scan(ctx, r.db, r.release.q.args(r.params(lk, 0)), &n); err == nil && n == 0 {
+			err = registry.ErrLockLost
+		}
+	} else {
+		var res sql.Result
+		if res, err = r.release.exec(ctx, r.db, r.release.q.args(r.params(lk, 0))); err == nil {
+			err = lost(res)
+		}
 	}
 	if err != nil && !errors.Is(err, registry.ErrLockLost) {
 		return r.wrap(ctx, what, err) // outcome unknown: the key stays held
@@ -347,6 +377,12 @@ func (r *LockRepository) Close(ctx context.Context) error {
 	r.mu.Unlock()
 
 	if first {
+		if r.ears != nil {
+			r.ears.stop()
+		}
+		if r.queue != nil {
+			r.queue.acquireOrWait.close()
+		}
 		r.acquire.close()
 		r.renew.close()
 		r.release.close()
@@ -397,7 +433,8 @@ func (r *LockRepository) releaseUnheld(ctx context.Context, noneHeld bool) error
 
 // DeleteExpired deletes the expired rows of this repository's region,
 // whoever their client, and returns how many it deleted (Spring
-// Integration's deleteExpired). Nothing requires calling it: an expired row
+// Integration's deleteExpired); on PostgreSQL it also deletes lapsed places
+// in the waiter queue. Nothing requires calling it: an expired row
 // is taken over by the next Acquire. It is one DELETE statement, not
 // prepared, on the database's clock; without an index on EXPIRED_AFTER it
 // scans the region's rows.
@@ -409,6 +446,11 @@ func (r *LockRepository) DeleteExpired(ctx context.Context) (int64, error) {
 	n, err := res.RowsAffected()
 	if err != nil {
 		return 0, r.wrap(ctx, "jdbc: delete expired", err)
+	}
+	if r.queue != nil {
+		if _, err := r.db.ExecContext(ctx, r.queue.purge.sql, r.queue.purge.args(r.params("", 0))...); err != nil {
+			return n, r.wrap(ctx, "jdbc: delete expired", err)
+		}
 	}
 	return n, nil
 }

@@ -253,17 +253,24 @@ func deadlineIsNotError(ctx context.Context, mode waitMode) error {
 func (l *lock) takeLease(ctx context.Context, ttl time.Duration, mode waitMode) (acquired bool, err error) {
 	var (
 		bo        = newBackoff(l.reg.opts.idle)
-		ambiguous bool
+		ambiguous bool // the last attempt may have taken the lease
+		queued    bool // this client may have a place in the key's queue
 		timer     *time.Timer
+		wake      chan struct{} // announcements of releases
+		stop      func()
 	)
+	queue, _ := l.reg.repo.(Queue)
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
+		if stop != nil {
+			stop()
+		}
 		switch {
 		case acquired:
-		case ambiguous:
-			l.cleanup(ttl)
+		case ambiguous || queued:
+			l.cleanup(ttl, ambiguous, queued)
 		default:
 			l.releaseLocal()
 		}
@@ -275,13 +282,19 @@ func (l *lock) takeLease(ctx context.Context, ttl time.Duration, mode waitMode) 
 		var lease Lease
 		sent := time.Now()
 		ok, aerr := l.attempt(ctx, ttl, func(ctx context.Context) (ok bool, err error) {
-			lease, ok, err = l.reg.repo.Acquire(ctx, l.key, ttl)
+			if queue != nil && mode != waitNever {
+				queued = true
+				lease, ok, err = queue.AcquireOrWait(ctx, l.key, ttl)
+			} else {
+				lease, ok, err = l.reg.repo.Acquire(ctx, l.key, ttl)
+			}
 			return ok, err
 		})
 		ambiguous = aerr != nil && (errors.Is(aerr, ErrTransient) || ctx.Err() != nil)
 		var delay time.Duration
 		switch {
 		case aerr == nil && ok:
+			queued = false // taking the lease left the queue
 			h := &hold{token: lease.Token, ttl: ttl, done: make(chan struct{})}
 			l.mu.Lock()
 			l.cur = h
@@ -295,6 +308,13 @@ func (l *lock) takeLease(ctx context.Context, ttl time.Duration, mode waitMode) 
 			}
 			bo.reset()
 			delay = l.reg.opts.idle
+			if n, ok := l.reg.repo.(Notifier); ok && wake == nil {
+				// Listen, then try once more at once: a release between
+				// the attempt and the subscription would go unheard.
+				wake = make(chan struct{}, 1)
+				stop = n.Notify(l.key, wake)
+				delay = 0
+			}
 		case ctx.Err() != nil:
 			return false, l.wrap("lock", deadlineIsNotError(ctx, mode))
 		case errors.Is(aerr, ErrTransient):
@@ -316,6 +336,7 @@ func (l *lock) takeLease(ctx context.Context, ttl time.Duration, mode waitMode) 
 		}
 		select {
 		case <-timer.C:
+		case <-wake:
 		case <-ctx.Done():
 			return false, l.wrap("lock", deadlineIsNotError(ctx, mode))
 		case <-l.reg.done:
@@ -337,15 +358,24 @@ func (l *lock) attempt(ctx context.Context, ttl time.Duration, call func(context
 	return ok, err
 }
 
-// cleanup releases a lease that an abandoned attempt may have taken, then
-// gives up the local primitive. It runs in the background so that the caller
-// returns by its deadline, unless the registry is closing.
-func (l *lock) cleanup(ttl time.Duration) {
+// cleanup releases a lease that an abandoned attempt may have taken and
+// leaves the key's queue, as needed, then gives up the local primitive,
+// which it holds meanwhile so that no one in this process takes the key
+// while a stale release or leave is pending. It runs in the background so
+// that the caller returns by its deadline, unless the registry is closing.
+func (l *lock) cleanup(ttl time.Duration, release, leave bool) {
 	run := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), ttl)
 		defer cancel()
-		if err := l.reg.repo.Release(ctx, l.key); err != nil && !errors.Is(err, ErrLockLost) {
-			l.reg.report(l.key, l.wrap("release of abandoned attempt", err))
+		if release {
+			if err := l.reg.repo.Release(ctx, l.key); err != nil && !errors.Is(err, ErrLockLost) {
+				l.reg.report(l.key, l.wrap("release of abandoned attempt", err))
+			}
+		}
+		if q, ok := l.reg.repo.(Queue); ok && leave {
+			if err := q.Leave(ctx, l.key); err != nil {
+				l.reg.report(l.key, l.wrap("leave queue", err))
+			}
 		}
 		l.releaseLocal()
 	}

@@ -45,6 +45,35 @@ type Repository interface {
 	Close(ctx context.Context) error
 }
 
+// A Queue is a [Repository] that serves waiting clients in the order they
+// began to wait, so that no client starves and a client that releases a
+// lease and asks again at once does not overtake those already waiting. A
+// registry waiting for a lease calls AcquireOrWait instead of Acquire, and
+// Leave when it stops waiting without the lease.
+type Queue interface {
+	Repository
+
+	// AcquireOrWait is Acquire that, when it does not take the lease, puts
+	// this client in key's queue or keeps its place there. A place lapses
+	// unless renewed by further calls.
+	AcquireOrWait(ctx context.Context, key string, ttl time.Duration) (Lease, bool, error)
+
+	// Leave takes this client out of key's queue.
+	Leave(ctx context.Context, key string) error
+}
+
+// A Notifier is a [Repository] that announces released leases, so that a
+// client waiting in another process tries again at once instead of after
+// its idle interval. Announcements are hints: one that is lost costs
+// latency, never correctness, because waiters keep polling.
+type Notifier interface {
+	Repository
+
+	// Notify arranges for c to receive a value, sent without blocking,
+	// whenever key's lease may have become free, until stop is called.
+	Notify(key string, c chan<- struct{}) (stop func())
+}
+
 // A Lease describes a lease that [Repository.Acquire] took.
 type Lease struct {
 	// Token is the lease's fencing token: greater than the token of every

@@ -1,0 +1,148 @@
+package jdbc
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lockreg/lockreg/registry"
+)
+
+// Listener receives PostgreSQL notifications for a LockRepository; see
+// WithListener. Package pgxlisten provides one for the pgx driver and
+// package pqlisten one for lib/pq.
+type Listener interface {
+	// Listen executes LISTEN channel on a connection of its own, calls
+	// ready once it listens, and then calls notify with the payload of
+	// every notification on channel, until ctx is done or the connection
+	// fails; it returns the error that ended it. After a reconnection of
+	// its own it calls ready again, since notifications sent meanwhile are
+	// lost.
+	Listen(ctx context.Context, channel string, ready func(), notify func(payload string)) error
+}
+
+// ears dispatches a repository's notifications to the registries' waiters.
+// Its goroutine starts with the first waiter and stops at Close.
+type ears struct {
+	l       Listener
+	channel string
+	onError func(error)
+
+	mu      sync.Mutex
+	subs    map[string]map[chan<- struct{}]struct{} // by LOCK_KEY
+	started bool
+	stopped bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func newEars(l Listener, channel string, onError func(error)) *ears {
+	return &ears{l: l, channel: channel, onError: onError, subs: make(map[string]map[chan<- struct{}]struct{})}
+}
+
+// Notify arranges for c to receive a value, sent without blocking, when
+// another client releases key and someone is queued for it, and after the
+// listening connection was re-established (announcements may have been lost
+// meanwhile), until stop is called. Without WithListener it does nothing.
+// The first call starts the listener.
+func (r *LockRepository) Notify(key string, c chan<- struct{}) (stop func()) {
+	lk, err := r.lockKey(key)
+	if r.ears == nil || err != nil {
+		return func() {}
+	}
+	return r.ears.subscribe(heldKey(lk), c)
+}
+
+var _ registry.Notifier = (*LockRepository)(nil)
+
+func (e *ears) subscribe(lockKey string, c chan<- struct{}) (stop func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return func() {}
+	}
+	if e.subs[lockKey] == nil {
+		e.subs[lockKey] = make(map[chan<- struct{}]struct{})
+	}
+	e.subs[lockKey][c] = struct{}{}
+	if !e.started {
+		e.started = true
+		ctx, cancel := context.WithCancel(context.Background())
+		e.cancel, e.done = cancel, make(chan struct{})
+		go e.run(ctx)
+	}
+	return func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		delete(e.subs[lockKey], c)
+		if len(e.subs[lockKey]) == 0 {
+			delete(e.subs, lockKey)
+		}
+	}
+}
+
+// run listens until stopped, reconnecting after failures with capped,
+// jittered backoff, and wakes every waiter after each (re)connection.
+func (e *ears) run(ctx context.Context) {
+	defer close(e.done)
+	delay := 100 * time.Millisecond
+	for {
+		connected := false
+		err := e.l.Listen(ctx, e.channel, func() { connected = true; e.wakeAll() }, e.wake)
+		if ctx.Err() != nil {
+			return
+		}
+		e.onError(fmt.Errorf("jdbc: listening for released locks on %s (reconnecting): %w", e.channel, err))
+		e.wakeAll()
+		if connected {
+			delay = 100 * time.Millisecond
+		}
+		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+func (e *ears) wake(payload string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for c := range e.subs[strings.TrimRight(payload, " ")] {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (e *ears) wakeAll() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, cs := range e.subs {
+		for c := range cs {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// stop ends the listener and waits for its goroutine.
+func (e *ears) stop() {
+	e.mu.Lock()
+	e.stopped = true
+	started := e.started
+	e.mu.Unlock()
+	if started {
+		e.cancel()
+		<-e.done
+	}
+}

@@ -1,0 +1,18 @@
+-- +goose Up
+-- FENCE: lockreg's fencing token, the one column lockreg adds to Spring
+-- Integration's INT_LOCK. Its default keeps Spring's statements working, so
+-- this also upgrades a table that Spring created. jdbc.CreateSchema skips it
+-- when the column exists.
+ALTER TABLE INT_LOCK ADD FENCE BIGINT NOT NULL DEFAULT 0;
+
+-- INT_LOCK_WAIT: the queue of waiters per lock, so that PostgreSQL serves
+-- them in arrival order. A row is one client's place: it lapses at
+-- WAITING_UNTIL unless the client asks again. Times are UTC wall time.
+CREATE TABLE IF NOT EXISTS INT_LOCK_WAIT (
+	LOCK_KEY CHAR(36) NOT NULL,
+	REGION VARCHAR(100) NOT NULL,
+	CLIENT_ID CHAR(36) NOT NULL,
+	WAITING_SINCE TIMESTAMP NOT NULL,
+	WAITING_UNTIL TIMESTAMP NOT NULL,
+	CONSTRAINT INT_LOCK_WAIT_PK PRIMARY KEY (LOCK_KEY, REGION, CLIENT_ID)
+);
