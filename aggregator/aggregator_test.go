@@ -1,0 +1,488 @@
+package aggregator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"go.uber.org/goleak"
+
+	"github.com/lockreg/lockreg/aggregator"
+	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/registry"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// recorder is a publisher that keeps what it is given; failNext makes the
+// next publishes fail.
+type recorder struct {
+	mu       sync.Mutex
+	msgs     map[string][]*message.Message // by topic
+	failNext int
+	changed  chan struct{}
+}
+
+func newRecorder() *recorder {
+	return &recorder{msgs: map[string][]*message.Message{}, changed: make(chan struct{}, 1)}
+}
+
+var errPublish = errors.New("publish failed")
+
+func (r *recorder) Publish(topic string, msgs ...*message.Message) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failNext > 0 {
+		r.failNext--
+		return errPublish
+	}
+	r.msgs[topic] = append(r.msgs[topic], msgs...)
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (r *recorder) Close() error { return nil }
+
+func (r *recorder) on(topic string) []*message.Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.msgs[topic])
+}
+
+// waitFor waits until topic holds n messages, failing t after 10 s.
+func (r *recorder) waitFor(t *testing.T, topic string, n int) []*message.Message {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		if got := r.on(topic); len(got) >= n {
+			return got
+		}
+		select {
+		case <-r.changed:
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("topic %s: got %d messages, want %d", topic, len(r.on(topic)), n)
+		}
+	}
+}
+
+// part returns message i of n of group key.
+func part(key string, i, n int) *message.Message {
+	m := message.NewMessage(fmt.Sprintf("%s-%d", key, i), []byte(fmt.Sprintf(`{"item":%d}`, i)))
+	m.Metadata.Set("correlation_id", key)
+	m.Metadata.Set("sequence_number", strconv.Itoa(i))
+	m.Metadata.Set("sequence_size", strconv.Itoa(n))
+	m.Metadata.Set("customer", "c-"+key)
+	return m
+}
+
+func newAgg(t *testing.T, cfg aggregator.Config) (*aggregator.Aggregator, *recorder) {
+	t.Helper()
+	rec := newRecorder()
+	if cfg.Publisher == nil {
+		cfg.Publisher = rec
+	}
+	if cfg.OutputTopic == "" {
+		cfg.OutputTopic = "out"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = watermill.NopLogger{}
+	}
+	a, err := aggregator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, rec
+}
+
+func handle(t *testing.T, a *aggregator.Aggregator, msgs ...*message.Message) {
+	t.Helper()
+	for _, m := range msgs {
+		if err := a.Handle(m); err != nil {
+			t.Fatalf("Handle(%s): %v", m.UUID, err)
+		}
+	}
+}
+
+// runTimeouts runs a's timeout runner until t ends.
+func runTimeouts(t *testing.T, a *aggregator.Aggregator) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.RunTimeouts(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func TestGroupIsReleasedWhenItHoldsSequenceSizeMessages(t *testing.T) {
+	a, rec := newAgg(t, aggregator.Config{})
+	handle(t, a, part("o1", 3, 3), part("o1", 1, 3))
+	if got := rec.on("out"); len(got) != 0 {
+		t.Fatalf("released after 2 of 3: %v", got)
+	}
+	handle(t, a, part("o1", 2, 3))
+	out := rec.on("out")
+	if len(out) != 1 {
+		t.Fatalf("got %d outputs, want 1", len(out))
+	}
+	if got, want := string(out[0].Payload), `[{"item":1},{"item":2},{"item":3}]`; got != want {
+		t.Errorf("payload %s, want %s (sequence order)", got, want)
+	}
+	if out[0].Metadata.Get("correlation_id") != "o1" || out[0].Metadata.Get("customer") != "c-o1" {
+		t.Errorf("metadata %v lacks the shared values", out[0].Metadata)
+	}
+	if out[0].Metadata.Get("sequence_size") != "" || out[0].Metadata.Get("sequence_number") != "" {
+		t.Errorf("metadata %v keeps sequence keys", out[0].Metadata)
+	}
+}
+
+func TestReleaseOnCountReleasesEveryNMessagesOfAGroup(t *testing.T) {
+	a, rec := newAgg(t, aggregator.Config{Release: aggregator.ReleaseOnCount(2), ExpireGroupsOnCompletion: true})
+	for i := 1; i <= 4; i++ {
+		handle(t, a, part("k", i, 0))
+	}
+	out := rec.on("out")
+	if len(out) != 2 || string(out[0].Payload) != `[{"item":1},{"item":2}]` || string(out[1].Payload) != `[{"item":3},{"item":4}]` {
+		t.Fatalf("outputs %v", out)
+	}
+	if out[0].UUID == out[1].UUID {
+		t.Error("two releases share an output UUID")
+	}
+}
+
+func TestReleaseWhenSeesTheWholeGroup(t *testing.T) {
+	var seen []int
+	a, rec := newAgg(t, aggregator.Config{Release: aggregator.ReleaseWhen(func(g aggregator.Group) bool {
+		seen = append(seen, len(g.Messages))
+		return slices.ContainsFunc(g.Messages, func(m *message.Message) bool { return m.Metadata.Get("last") == "yes" })
+	})})
+	m3 := part("w", 3, 0)
+	m3.Metadata.Set("last", "yes")
+	handle(t, a, part("w", 1, 0), part("w", 2, 0), m3)
+	if !slices.Equal(seen, []int{1, 2, 3}) {
+		t.Errorf("strategy saw groups of sizes %v", seen)
+	}
+	if out := rec.on("out"); len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2},{"item":3}]` {
+		t.Errorf("outputs %v", out)
+	}
+}
+
+func TestReleaseOnTimeoutReleasesTheGroupWhenItsWindowEnds(t *testing.T) {
+	a, rec := newAgg(t, aggregator.Config{Release: aggregator.ReleaseOnTimeout(), GroupTimeout: 20 * time.Millisecond, PollInterval: 5 * time.Millisecond})
+	handle(t, a, part("win", 1, 2), part("win", 2, 2)) // sequence size is ignored
+	runTimeouts(t, a)
+	out := rec.waitFor(t, "out", 1)
+	if string(out[0].Payload) != `[{"item":1},{"item":2}]` {
+		t.Errorf("payload %s", out[0].Payload)
+	}
+	if d := rec.on("discard"); len(d) != 0 {
+		t.Errorf("discarded %d", len(d))
+	}
+}
+
+func TestExpiredGroupIsDiscardedByDefault(t *testing.T) {
+	a, rec := newAgg(t, aggregator.Config{GroupTimeout: 20 * time.Millisecond, PollInterval: 5 * time.Millisecond, DiscardTopic: "discard"})
+	handle(t, a, part("exp", 1, 3), part("exp", 2, 3))
+	runTimeouts(t, a)
+	d := rec.waitFor(t, "discard", 2)
+	for _, m := range d {
+		if m.Metadata.Get(aggregator.DiscardReasonKey) != "expired" {
+			t.Errorf("discard reason %q", m.Metadata.Get(aggregator.DiscardReasonKey))
+		}
+	}
+	if ids := []string{d[0].UUID, d[1].UUID}; !slices.Equal(ids, []string{"exp-1", "exp-2"}) {
+		t.Errorf("discarded %v", ids)
+	}
+	// The expired group counts as completed: its last part is late.
+	handle(t, a, part("exp", 3, 3))
+	if d := rec.waitFor(t, "discard", 3); d[2].Metadata.Get(aggregator.DiscardReasonKey) != "late" {
+		t.Errorf("third discard %v", d[2].Metadata)
+	}
+	if out := rec.on("out"); len(out) != 0 {
+		t.Errorf("outputs %v", out)
+	}
+}
+
+func TestExpiredGroupSendsAPartialResultWhenConfigured(t *testing.T) {
+	a, rec := newAgg(t, aggregator.Config{GroupTimeout: 20 * time.Millisecond, PollInterval: 5 * time.Millisecond,
+		SendPartialResultOnExpiry: true, DiscardTopic: "discard"})
+	handle(t, a, part("p", 2, 3))
+	runTimeouts(t, a)
+	out := rec.waitFor(t, "out", 1)
+	if string(out[0].Payload) != `[{"item":2}]` {
+		t.Errorf("partial payload %s", out[0].Payload)
+	}
+	if d := rec.on("discard"); len(d) != 0 {
+		t.Errorf("discarded %d", len(d))
+	}
+}
+
+func TestGroupTimeoutRestartsWithEveryMessageAndReleasedGroupsDoNotExpire(t *testing.T) {
+	store := groupstore.NewMemory()
+	a, rec := newAgg(t, aggregator.Config{Store: store, GroupTimeout: time.Hour, PollInterval: 5 * time.Millisecond, DiscardTopic: "discard"})
+	runTimeouts(t, a)
+	handle(t, a, part("t", 1, 2), part("t", 2, 2))
+	g, err := store.Get(context.Background(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.Complete || !g.Due.IsZero() {
+		t.Errorf("released group: complete %v, due %v", g.Complete, g.Due)
+	}
+	if len(rec.on("out")) != 1 || len(rec.on("discard")) != 0 {
+		t.Error("unexpected outputs or discards")
+	}
+}
+
+func TestLateMessageToACompletedGroupIsDiscarded(t *testing.T) {
+	a, rec := newAgg(t, aggregator.Config{DiscardTopic: "discard"})
+	handle(t, a, part("late", 1, 2), part("late", 2, 2))
+	extra := part("late", 3, 2)
+	handle(t, a, extra)
+	d := rec.on("discard")
+	if len(d) != 1 || d[0].UUID != extra.UUID || d[0].Metadata.Get(aggregator.DiscardReasonKey) != "late" {
+		t.Fatalf("discards %v", d)
+	}
+	if len(rec.on("out")) != 1 {
+		t.Error("the late message changed the output")
+	}
+}
+
+func TestDiscardsAreLoggedWithoutADiscardTopic(t *testing.T) {
+	logs := watermill.NewCaptureLogger()
+	a, rec := newAgg(t, aggregator.Config{Logger: logs})
+	handle(t, a, part("l", 1, 1), part("l", 2, 1))
+	found := false
+	for _, c := range logs.Captured()[watermill.InfoLogLevel] {
+		if c.Msg == "Message discarded" && c.Fields["message_uuid"] == "l-2" && c.Fields["reason"] == "late" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no discard logged: %v", logs.Captured())
+	}
+	if len(rec.on("")) != 0 {
+		t.Error("published a discard without a topic")
+	}
+}
+
+func TestExpireGroupsOnCompletionLetsALaterMessageStartANewGroup(t *testing.T) {
+	a, rec := newAgg(t, aggregator.Config{ExpireGroupsOnCompletion: true, DiscardTopic: "discard"})
+	handle(t, a, part("again", 1, 1))
+	handle(t, a, part("again", 2, 1))
+	out := rec.on("out")
+	if len(out) != 2 || len(rec.on("discard")) != 0 {
+		t.Fatalf("outputs %d, discards %d; want 2 and 0", len(out), len(rec.on("discard")))
+	}
+	if out[0].UUID == out[1].UUID {
+		t.Error("releases of two incarnations of a group share an output UUID")
+	}
+}
+
+func TestMinimumTimeoutForEmptyGroupsRemovesTheCompletedGroup(t *testing.T) {
+	store := groupstore.NewMemory()
+	a, rec := newAgg(t, aggregator.Config{Store: store, MinimumTimeoutForEmptyGroups: 10 * time.Millisecond,
+		PollInterval: 5 * time.Millisecond, DiscardTopic: "discard"})
+	handle(t, a, part("e", 1, 1))
+	runTimeouts(t, a)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := store.Get(context.Background(), "e")
+		if errors.Is(err, groupstore.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("completed group still there: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	handle(t, a, part("e", 2, 1)) // a new group, not a late message
+	if len(rec.on("out")) != 2 || len(rec.on("discard")) != 0 {
+		t.Errorf("outputs %d, discards %d; want 2 and 0", len(rec.on("out")), len(rec.on("discard")))
+	}
+}
+
+func TestRedeliveredMessageIsCountedOnce(t *testing.T) {
+	a, rec := newAgg(t, aggregator.Config{DiscardTopic: "discard"})
+	m1 := part("r", 1, 2)
+	handle(t, a, m1, m1.Copy(), part("r", 1, 2))
+	if len(rec.on("out")) != 0 {
+		t.Fatal("a redelivery completed the group")
+	}
+	handle(t, a, part("r", 2, 2))
+	handle(t, a, part("r", 2, 2)) // redelivered after the release
+	if len(rec.on("out")) != 1 || len(rec.on("discard")) != 0 {
+		t.Errorf("outputs %d, discards %d; want 1 and 0", len(rec.on("out")), len(rec.on("discard")))
+	}
+}
+
+func TestConfiguredMessageIDRecognisesRedeliveries(t *testing.T) {
+	a, rec := newAgg(t, aggregator.Config{MessageID: func(m *message.Message) string { return m.Metadata.Get("sequence_number") }})
+	first := part("id", 1, 2)
+	again := part("id", 1, 2)
+	again.UUID = "a new uuid from the broker"
+	handle(t, a, first, again)
+	if len(rec.on("out")) != 0 {
+		t.Fatal("a redelivery under a new UUID completed the group")
+	}
+}
+
+func TestFailedPublishIsRetriedOnRedeliveryWithTheSameOutputUUID(t *testing.T) {
+	a, rec := newAgg(t, aggregator.Config{})
+	handle(t, a, part("f", 1, 2))
+	rec.failNext = 1
+	last := part("f", 2, 2)
+	if err := a.Handle(last); !errors.Is(err, errPublish) {
+		t.Fatalf("Handle with a failing publisher = %v", err)
+	}
+	handle(t, a, last) // the redelivery
+	out := rec.on("out")
+	if len(out) != 1 {
+		t.Fatalf("outputs %d, want 1", len(out))
+	}
+
+	// A second aggregator on a store in the same state publishes the same
+	// UUID: output UUIDs depend on the group and the release only.
+	b, rec2 := newAgg(t, aggregator.Config{})
+	handle(t, b, part("f", 1, 2), part("f", 2, 2))
+	c, rec3 := newAgg(t, aggregator.Config{})
+	handle(t, c, part("f", 1, 2), part("f", 2, 2))
+	if rec2.on("out")[0].UUID == rec3.on("out")[0].UUID {
+		t.Error("different incarnations of a group share output UUIDs")
+	}
+}
+
+func TestHeldGroupLockEndsInLockTimeoutNotAHang(t *testing.T) {
+	locks := registry.NewLocal()
+	t.Cleanup(func() { locks.Close(context.Background()) })
+	a, _ := newAgg(t, aggregator.Config{Locks: locks, LockTimeout: 20 * time.Millisecond})
+	l := locks.Obtain(aggregator.DefaultLockPrefix + "busy")
+	l.Lock()
+	defer l.Unlock()
+	if err := a.Handle(part("busy", 1, 2)); !errors.Is(err, aggregator.ErrLockTimeout) {
+		t.Errorf("Handle on a locked group = %v, want ErrLockTimeout", err)
+	}
+}
+
+func TestMessageWithoutCorrelationKeyIsAnError(t *testing.T) {
+	a, _ := newAgg(t, aggregator.Config{})
+	if err := a.Handle(message.NewMessage("x", nil)); !errors.Is(err, aggregator.ErrNoCorrelationKey) {
+		t.Errorf("Handle = %v, want ErrNoCorrelationKey", err)
+	}
+	a, _ = newAgg(t, aggregator.Config{MessageID: func(*message.Message) string { return "" }})
+	if err := a.Handle(part("k", 1, 1)); !errors.Is(err, aggregator.ErrNoMessageID) {
+		t.Errorf("Handle = %v, want ErrNoMessageID", err)
+	}
+}
+
+func TestInvalidConfigIsRejected(t *testing.T) {
+	pub := newRecorder()
+	for name, cfg := range map[string]aggregator.Config{
+		"no publisher":            {OutputTopic: "o"},
+		"no topic":                {Publisher: pub},
+		"discard publisher alone": {Publisher: pub, OutputTopic: "o", DiscardPublisher: pub},
+		"negative timeout":        {Publisher: pub, OutputTopic: "o", GroupTimeout: -1},
+		"zero count":              {Publisher: pub, OutputTopic: "o", Release: aggregator.ReleaseOnCount(0)},
+		"nil function":            {Publisher: pub, OutputTopic: "o", Release: aggregator.ReleaseWhen(nil)},
+		"timeout without timeout": {Publisher: pub, OutputTopic: "o", Release: aggregator.ReleaseOnTimeout()},
+	} {
+		if _, err := aggregator.New(cfg); !errors.Is(err, aggregator.ErrInvalidConfig) {
+			t.Errorf("%s: New = %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}
+
+func TestDefaultOutputEncodesNonJSONPayloadsAsBase64(t *testing.T) {
+	a := message.NewMessage("a", []byte("plain"))
+	b := message.NewMessage("b", []byte(`"json"`))
+	out, err := aggregator.DefaultOutput(aggregator.Group{Key: "k", Messages: []*message.Message{a, b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(out.Payload); got != `["cGxhaW4=","json"]` {
+		t.Errorf("payload %s", got)
+	}
+}
+
+// TestAggregatorOnARouterReleasesEachGroupOnce runs two aggregators, as two
+// instances sharing a store and a lock registry, on routers that both see
+// every message of a GoChannel topic delivered concurrently and out of
+// order.
+func TestAggregatorOnARouterReleasesEachGroupOnce(t *testing.T) {
+	const groups, size = 20, 5
+	logger := watermill.NopLogger{}
+	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: groups * size}, logger)
+	store, locks := groupstore.NewMemory(), registry.NewLocal()
+	t.Cleanup(func() { locks.Close(context.Background()) })
+
+	outputs, err := pubSub.Subscribe(context.Background(), "orders.aggregated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routers []*message.Router
+	for i := range 2 {
+		r, err := message.NewRouter(message.RouterConfig{}, logger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := aggregator.New(aggregator.Config{Publisher: pubSub, OutputTopic: "orders.aggregated", Store: store, Locks: locks,
+			GroupTimeout: time.Hour, DiscardTopic: "orders.discarded"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.AddHandler(r, fmt.Sprintf("aggregator-%d", i), "orders", pubSub)
+		routers = append(routers, r)
+		done := make(chan struct{})
+		go func() { defer close(done); r.Run(context.Background()) }()
+		t.Cleanup(func() { r.Close(); <-done })
+		<-r.Running()
+	}
+	var msgs []*message.Message
+	for i := 1; i <= size; i++ {
+		for g := range groups {
+			msgs = append(msgs, part(fmt.Sprintf("order-%d", g), size+1-i, size))
+		}
+	}
+	if err := pubSub.Publish("orders", msgs...); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	timeout := time.After(20 * time.Second)
+	for len(seen) < groups {
+		select {
+		case m := <-outputs:
+			key := m.Metadata.Get("correlation_id")
+			if prev, ok := seen[key]; ok {
+				t.Fatalf("group %s released twice (%s, %s)", key, prev, m.UUID)
+			}
+			seen[key] = m.UUID
+			if want := `[{"item":1},{"item":2},{"item":3},{"item":4},{"item":5}]`; string(m.Payload) != want {
+				t.Errorf("group %s: %s", key, m.Payload)
+			}
+			m.Ack()
+		case <-timeout:
+			t.Fatalf("released %d of %d groups", len(seen), groups)
+		}
+	}
+	for _, r := range routers {
+		if err := r.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	select {
+	case m, ok := <-outputs:
+		if ok {
+			t.Errorf("extra output %s of %s", m.UUID, m.Metadata.Get("correlation_id"))
+		}
+	default:
+	}
+}

@@ -1,0 +1,327 @@
+package aggregator
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/registry"
+)
+
+// Metadata keys the aggregator reads and writes.
+const (
+	// CorrelationIDKey is the default correlation metadata key, the one of
+	// Watermill's CorrelationID middleware
+	// (middleware.CorrelationIDMetadataKey).
+	CorrelationIDKey = "correlation_id"
+	// SequenceSizeKey is the metadata key of the number of messages in a
+	// message's group, read by [ReleaseOnSequenceSize].
+	SequenceSizeKey = "sequence_size"
+	// SequenceNumberKey is the metadata key of a message's 1-based position
+	// in its group; [DefaultOutput] orders by it when every message has it.
+	SequenceNumberKey = "sequence_number"
+	// DiscardReasonKey is set on discarded messages: "late" for a message
+	// that reached a complete group, "expired" for a message of a group that
+	// timed out without a release.
+	DiscardReasonKey = "aggregator_discard_reason"
+)
+
+// Defaults of [Config].
+const (
+	DefaultLockTimeout  = 5 * time.Second
+	DefaultPollInterval = time.Second
+	DefaultLockPrefix   = "aggregator:"
+)
+
+// Config configures an [Aggregator]. Publisher and OutputTopic are required;
+// every other field has a default, applied by [New].
+type Config struct {
+	// Publisher and OutputTopic receive the aggregated messages.
+	Publisher   message.Publisher
+	OutputTopic string
+
+	// Store keeps the groups. Default: a new [groupstore.Memory], which
+	// makes the aggregator a single-instance one. Instances that aggregate
+	// together share a store (and region) and a lock registry.
+	Store groupstore.Store
+	// Locks serializes the handling of each group across goroutines and,
+	// when backed by a shared repository, across instances. Default:
+	// [registry.NewLocal]. The aggregator does not close it.
+	Locks registry.LockRegistry
+	// LockPrefix is prepended to the correlation key to form the group's
+	// lock key, so that two aggregators on one registry do not share locks.
+	// Default: DefaultLockPrefix.
+	LockPrefix string
+	// LockTimeout bounds the wait for a group lock. A handler that does not
+	// get the lock in time returns an error wrapping ErrLockTimeout, so the
+	// message is nacked and redelivered. Keep it well under the
+	// subscriber's ack deadline (30 s for watermill-sql). Default:
+	// DefaultLockTimeout.
+	LockTimeout time.Duration
+
+	// Correlation returns a message's correlation key; "" makes Handle fail
+	// with ErrNoCorrelationKey. Default: the "correlation_id" metadata of
+	// Watermill's CorrelationID middleware.
+	Correlation func(*message.Message) string
+	// MessageID returns the identity by which redeliveries are recognised;
+	// "" makes Handle fail with ErrNoMessageID. Default: the message UUID.
+	MessageID func(*message.Message) string
+
+	// Release decides when a group is complete. Default:
+	// ReleaseOnSequenceSize().
+	Release ReleaseStrategy
+	// Output builds the aggregated message from a group. The aggregator
+	// overwrites the UUID of the message it returns (see [Aggregator]).
+	// Default: DefaultOutput.
+	Output func(Group) (*message.Message, error)
+
+	// GroupTimeout, when positive, expires a group that has not been
+	// released GroupTimeout after its last message was added: the release
+	// strategy is asked once more, with Group.Expired set; then a partial
+	// result is sent if SendPartialResultOnExpiry, and otherwise the
+	// messages are discarded. Either way the group then counts as completed.
+	GroupTimeout time.Duration
+	// SendPartialResultOnExpiry publishes the messages of an expired group
+	// as an output instead of discarding them.
+	SendPartialResultOnExpiry bool
+	// ExpireGroupsOnCompletion removes a group as soon as it is released, so
+	// that a later message with the same key starts a new group. By default
+	// the completed group is kept, without its messages, so that late
+	// messages are discarded and redeliveries recognised.
+	ExpireGroupsOnCompletion bool
+	// MinimumTimeoutForEmptyGroups, when positive, removes a kept completed
+	// group that long after its completion. Zero keeps it until removed by
+	// other means.
+	MinimumTimeoutForEmptyGroups time.Duration
+	// PollInterval is how often the timeout runner asks the store for due
+	// groups. Default: DefaultPollInterval.
+	PollInterval time.Duration
+
+	// DiscardPublisher and DiscardTopic receive late messages and the
+	// messages of expired groups, with DiscardReasonKey set. Without a
+	// topic they are logged at info level; a topic without a publisher uses
+	// Publisher.
+	DiscardPublisher message.Publisher
+	DiscardTopic     string
+
+	// Logger logs discards, lost locks and runner errors. Default: the
+	// router's logger when added with [Aggregator.AddHandler], otherwise
+	// slog's default logger.
+	Logger watermill.LoggerAdapter
+}
+
+func (c *Config) setDefaults() {
+	if c.Store == nil {
+		c.Store = groupstore.NewMemory()
+	}
+	if c.Locks == nil {
+		c.Locks = registry.NewLocal()
+	}
+	if c.LockPrefix == "" {
+		c.LockPrefix = DefaultLockPrefix
+	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = DefaultLockTimeout
+	}
+	if c.Correlation == nil {
+		c.Correlation = func(m *message.Message) string { return m.Metadata.Get(CorrelationIDKey) }
+	}
+	if c.MessageID == nil {
+		c.MessageID = func(m *message.Message) string { return m.UUID }
+	}
+	if c.Release.kind == 0 {
+		c.Release = ReleaseOnSequenceSize()
+	}
+	if c.Output == nil {
+		c.Output = DefaultOutput
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.DiscardTopic != "" && c.DiscardPublisher == nil {
+		c.DiscardPublisher = c.Publisher
+	}
+}
+
+// Validate reports an invalid configuration with an error wrapping
+// ErrInvalidConfig. [New] calls it after applying the defaults.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if c.Publisher == nil {
+		bad("Publisher is required")
+	}
+	if c.OutputTopic == "" {
+		bad("OutputTopic is required")
+	}
+	if c.DiscardPublisher != nil && c.DiscardTopic == "" {
+		bad("DiscardPublisher needs a DiscardTopic")
+	}
+	for name, d := range map[string]time.Duration{
+		"LockTimeout": c.LockTimeout, "PollInterval": c.PollInterval,
+		"GroupTimeout": c.GroupTimeout, "MinimumTimeoutForEmptyGroups": c.MinimumTimeoutForEmptyGroups,
+	} {
+		if d < 0 {
+			bad("%s must not be negative, not %v", name, d)
+		}
+	}
+	if c.Release.kind == releaseCount && c.Release.n <= 0 {
+		bad("ReleaseOnCount needs a positive count, not %d", c.Release.n)
+	}
+	if c.Release.kind == releaseWhen && c.Release.fn == nil {
+		bad("ReleaseWhen needs a function")
+	}
+	if c.Release.kind == releaseTimeout && c.GroupTimeout <= 0 {
+		bad("ReleaseOnTimeout needs a positive GroupTimeout")
+	}
+	return errors.Join(errs...)
+}
+
+// Group is a message group as the release strategy and the output function
+// see it.
+type Group struct {
+	// Key is the correlation key.
+	Key string
+	// Messages are the group's messages in arrival order. They are copies:
+	// acking them does nothing.
+	Messages []*message.Message
+	// Expired reports that the group timed out.
+	Expired bool
+}
+
+const (
+	releaseSequence = iota + 1
+	releaseCount
+	releaseWhen
+	releaseTimeout
+)
+
+// ReleaseStrategy decides when a group is complete. Make one with
+// [ReleaseOnSequenceSize], [ReleaseOnCount], [ReleaseWhen] or
+// [ReleaseOnTimeout]; the zero value is ReleaseOnSequenceSize.
+type ReleaseStrategy struct {
+	kind int
+	n    int
+	fn   func(Group) bool
+}
+
+// ReleaseOnSequenceSize releases a group once it holds as many messages as
+// the SequenceSizeKey metadata of its messages says (Spring Integration's
+// default). A message without a valid positive size never completes a group
+// on arrival. It costs no store reads.
+func ReleaseOnSequenceSize() ReleaseStrategy { return ReleaseStrategy{kind: releaseSequence} }
+
+// ReleaseOnCount releases a group once it holds n messages. It costs no
+// store reads.
+func ReleaseOnCount(n int) ReleaseStrategy { return ReleaseStrategy{kind: releaseCount, n: n} }
+
+// ReleaseWhen releases a group when complete returns true for it. complete
+// is called under the group lock after every added message (and on
+// timeout, with Group.Expired set), with all the group's messages, which
+// costs a read of the whole group from the store each time.
+func ReleaseWhen(complete func(Group) bool) ReleaseStrategy {
+	return ReleaseStrategy{kind: releaseWhen, fn: complete}
+}
+
+// ReleaseOnTimeout releases a group only when its GroupTimeout passes: a
+// window of GroupTimeout after the group's last message. Its release is a
+// normal output, whatever SendPartialResultOnExpiry says.
+func ReleaseOnTimeout() ReleaseStrategy { return ReleaseStrategy{kind: releaseTimeout} }
+
+// needsMessages reports whether the strategy reads the group's messages.
+func (r ReleaseStrategy) needsMessages() bool { return r.kind == releaseWhen }
+
+// canRelease decides for a group of size messages; latest is the message
+// just added (nil on timeout), g the loaded group if needsMessages or on
+// timeout.
+func (r ReleaseStrategy) canRelease(size int, latest *message.Message, g *Group) bool {
+	switch r.kind {
+	case releaseSequence:
+		m := latest
+		if m == nil && g != nil && len(g.Messages) > 0 {
+			m = g.Messages[0]
+		}
+		if m == nil {
+			return false
+		}
+		n, err := strconv.Atoi(m.Metadata.Get(SequenceSizeKey))
+		return err == nil && n > 0 && size >= n
+	case releaseCount:
+		return size >= r.n
+	case releaseWhen:
+		return g != nil && r.fn(*g)
+	case releaseTimeout:
+		return g != nil && g.Expired
+	}
+	return false
+}
+
+// DefaultOutput is the default output function. The payload is a JSON
+// array with one element per message: the payload itself when it is valid
+// JSON, otherwise the payload's bytes as a base64 JSON string (as
+// encoding/json encodes a []byte). The elements are in sequence order when
+// every message has a numeric SequenceNumberKey, otherwise in arrival
+// order. The metadata are those that all messages share with equal values,
+// less SequenceNumberKey and SequenceSizeKey, with "correlation_id" set to
+// the group's key.
+func DefaultOutput(g Group) (*message.Message, error) {
+	msgs := ordered(g.Messages)
+	elems := make([]json.RawMessage, len(msgs))
+	for i, m := range msgs {
+		if json.Valid(m.Payload) {
+			elems[i] = json.RawMessage(m.Payload)
+			continue
+		}
+		b, err := json.Marshal([]byte(m.Payload))
+		if err != nil {
+			return nil, err
+		}
+		elems[i] = b
+	}
+	payload, err := json.Marshal(elems)
+	if err != nil {
+		return nil, err
+	}
+	out := message.NewMessage("", payload)
+	if len(msgs) > 0 {
+		common := maps.Clone(msgs[0].Metadata)
+		for _, m := range msgs[1:] {
+			maps.DeleteFunc(common, func(k, v string) bool {
+				w, ok := m.Metadata[k]
+				return !ok || w != v
+			})
+		}
+		delete(common, SequenceNumberKey)
+		delete(common, SequenceSizeKey)
+		maps.Copy(out.Metadata, common)
+	}
+	out.Metadata.Set(CorrelationIDKey, g.Key)
+	return out, nil
+}
+
+// ordered returns msgs by SequenceNumberKey if every message has a number,
+// otherwise msgs.
+func ordered(msgs []*message.Message) []*message.Message {
+	nums := make(map[*message.Message]int, len(msgs))
+	for _, m := range msgs {
+		n, err := strconv.Atoi(m.Metadata.Get(SequenceNumberKey))
+		if err != nil {
+			return msgs
+		}
+		nums[m] = n
+	}
+	out := append([]*message.Message(nil), msgs...)
+	slices.SortStableFunc(out, func(a, b *message.Message) int { return cmp.Compare(nums[a], nums[b]) })
+	return out
+}

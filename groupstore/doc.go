@@ -1,0 +1,42 @@
+// Package groupstore keeps message groups for correlating handlers: the
+// aggregator (package [github.com/lockreg/lockreg/aggregator]) and the
+// resequencer. It is Spring Integration's MessageGroupStore, reduced to the
+// operations those handlers need and shaped so that a SQL store can do each
+// handler step in one short transaction.
+//
+// A group is identified by its correlation key within the store's region (a
+// store option: stores in different regions never see each other's groups).
+// It holds messages (UUID, metadata, payload) in arrival order and a state:
+// complete or not, the last released sequence number, the number of releases
+// so far, an optional timeout due time, creation and update times, and a
+// version that every change increments.
+//
+// # Idempotency
+//
+// A message is recognised by its UUID for the life of its group: [Store.Add]
+// reports a message whose UUID the group already holds, or has released, as
+// [Duplicate] and changes nothing. Releasing a message ([Update.Release],
+// [Update.ReleaseAll]) drops its metadata and payload but remembers its UUID
+// until the group is removed, so a redelivered message is told apart from a
+// late one.
+//
+// # Concurrency
+//
+// Every operation is atomic on its own. Callers serialize the steps of one
+// group (read, decide, update) with a group lock, as the aggregator does
+// through a [github.com/lockreg/lockreg/registry.LockRegistry]; [Update.IfVersion]
+// and [Store.Remove]'s version argument turn a lock that was lost meanwhile
+// into [ErrConflict] instead of a lost update.
+//
+// # Timeouts
+//
+// Due times are kept in the store, measured by the store's clock (the
+// database's for SQL stores), so that any instance can expire a group whose
+// owner died. [Store.ClaimDue] hands each due group to one claimer for a
+// lease; the claimer then takes the group lock, checks with [Store.Get] that
+// the version is still the claimed one, and acts.
+//
+// Implementations: [NewMemory] in this package, and jdbc.NewGroupStore in
+// package [github.com/lockreg/lockreg/jdbc] for PostgreSQL, MySQL/MariaDB and
+// SQLite. Package groupstoretest holds the conformance suite both pass.
+package groupstore

@@ -1,0 +1,145 @@
+package groupstore
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+var (
+	// ErrNotFound reports that the group does not exist.
+	ErrNotFound = errors.New("groupstore: group not found")
+
+	// ErrConflict reports that the group's version is not the one the caller
+	// expected: someone changed the group since the caller read it, which
+	// under a group lock means that the lock was lost.
+	ErrConflict = errors.New("groupstore: version conflict")
+)
+
+// Message is a message kept in a group. Stores copy it: the caller may
+// reuse the maps and slices once a call returns, and a Message returned by a
+// store is the caller's own.
+type Message struct {
+	UUID     string // identifies the message within its group; must not be empty
+	Metadata map[string]string
+	Payload  []byte
+}
+
+// Group is a message group as a store returned it.
+type Group struct {
+	// Key is the correlation key.
+	Key string
+	// ID identifies this incarnation of the group: a group removed and
+	// created again under the same key gets a new ID. It is stable for the
+	// life of the group, so it may seed deterministic output message UUIDs.
+	ID string
+	// Messages are the group's unreleased messages in arrival order. Only
+	// Get fills it.
+	Messages []Message
+	// Size is the number of unreleased messages.
+	Size int
+	// Complete reports that the group accepts no more messages.
+	Complete bool
+	// LastReleasedSequence is the caller's bookkeeping for partial releases
+	// (the resequencer's last released sequence number); 0 initially.
+	LastReleasedSequence int64
+	// Releases counts the updates that released messages.
+	Releases int64
+	// Version increments with every change of the group.
+	Version int64
+	// Due is when the group's timeout falls due, zero for none; Created and
+	// Updated are when the group was created and last changed. All three are
+	// in UTC by the store's clock. Add leaves Due and Updated zero.
+	Due, Created, Updated time.Time
+}
+
+// Outcome tells what Add did with a message.
+type Outcome int
+
+const (
+	// Added: the message was appended to the group, which was created if it
+	// did not exist.
+	Added Outcome = iota + 1
+	// Duplicate: the group holds, or has released, a message with the same
+	// UUID; nothing changed.
+	Duplicate
+	// Rejected: the group is complete and the message is new to it; nothing
+	// changed. This is a late message.
+	Rejected
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Added:
+		return "added"
+	case Duplicate:
+		return "duplicate"
+	case Rejected:
+		return "rejected"
+	}
+	return "unknown"
+}
+
+// Update is a change of a group that [Store.Update] applies atomically. The
+// zero Update changes nothing but the version and update time.
+type Update struct {
+	// IfVersion, when not zero, makes the update fail with ErrConflict
+	// unless the group's version equals it.
+	IfVersion int64
+
+	// Release drops the listed unreleased messages from the group (their
+	// UUIDs stay known to Add). ReleaseAll drops every unreleased message.
+	// An update that has either counts as a release (Group.Releases).
+	Release    []string
+	ReleaseAll bool
+
+	// Complete marks the group complete. A complete group stays complete.
+	Complete bool
+
+	// SetLastReleasedSequence sets LastReleasedSequence to the given value.
+	SetLastReleasedSequence bool
+	LastReleasedSequence    int64
+
+	// Timeout, when positive, sets the due time to the store's now plus
+	// Timeout; ClearTimeout removes the due time. Either ends a claim.
+	Timeout      time.Duration
+	ClearTimeout bool
+}
+
+// Claim is a due group handed to one claimer by [Store.ClaimDue].
+type Claim struct {
+	Key     string
+	Version int64 // the version when claimed
+}
+
+// Store keeps message groups. Implementations are safe for concurrent use.
+// Errors other than ErrNotFound and ErrConflict come from the storage; an
+// operation whose context is done returns an error wrapping ctx.Err().
+type Store interface {
+	// Add appends msg to the group of key, creating the group if needed,
+	// unless the group knows msg.UUID already (Duplicate) or is complete
+	// (Rejected). When it adds and timeout is positive it also sets the due
+	// time to now plus timeout, ending any claim. It returns the group's
+	// state after the call, without Messages.
+	Add(ctx context.Context, key string, msg Message, timeout time.Duration) (Group, Outcome, error)
+
+	// Get returns the group of key with its unreleased messages in arrival
+	// order, or ErrNotFound.
+	Get(ctx context.Context, key string) (Group, error)
+
+	// Update applies u to the group of key. It fails with ErrNotFound if the
+	// group does not exist and ErrConflict if u.IfVersion does not match.
+	Update(ctx context.Context, key string, u Update) error
+
+	// Remove deletes the group of key and all it remembers. When version is
+	// not zero it fails with ErrConflict unless the group has that version.
+	// Removing a missing group returns ErrNotFound.
+	Remove(ctx context.Context, key string, version int64) error
+
+	// ClaimDue claims up to limit groups whose due time has passed and that
+	// nobody claimed in the last lease, oldest due first, for lease. A
+	// claimed group is not returned again until its lease ends or its due
+	// time changes. A claim grants nothing else: the claimer still takes the
+	// group lock and checks the version.
+	ClaimDue(ctx context.Context, limit int, lease time.Duration) ([]Claim, error)
+}
