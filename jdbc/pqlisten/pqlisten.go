@@ -7,11 +7,13 @@
 //	repo, err := jdbc.NewLockRepository(db, jdbc.WithListener(pqlisten.New(dsn)))
 //
 // The connection is opened while registries wait and closed when the
-// repository is; lib/pq re-establishes it after failures.
+// repository is; after a failure the repository reports it and reconnects.
 package pqlisten
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/lib/pq"
@@ -25,7 +27,21 @@ type listener struct{ dsn string }
 func New(dsn string) jdbc.Listener { return listener{dsn} }
 
 func (l listener) Listen(ctx context.Context, channel string, ready func(), notify func(string)) error {
-	pl := pq.NewListener(l.dsn, 100*time.Millisecond, 5*time.Second, nil)
+	// A lost connection ends Listen, as the jdbc.Listener contract asks, so
+	// that the repository reports it and reconnects.
+	lost := make(chan error, 1)
+	events := func(ev pq.ListenerEventType, err error) {
+		if ev == pq.ListenerEventDisconnected {
+			if err == nil {
+				err = errors.New("disconnected")
+			}
+			select {
+			case lost <- err:
+			default:
+			}
+		}
+	}
+	pl := pq.NewListener(l.dsn, 100*time.Millisecond, 5*time.Second, events)
 	defer pl.Close()
 	// Listen blocks until the server answers; closing pl cancels it.
 	stop := context.AfterFunc(ctx, func() { pl.Close() })
@@ -48,6 +64,8 @@ func (l listener) Listen(ctx context.Context, channel string, ready func(), noti
 			default:
 				notify(n.Extra)
 			}
+		case err := <-lost:
+			return fmt.Errorf("pqlisten: connection lost: %w", err)
 		case <-ctx.Done():
 			return ctx.Err()
 		}

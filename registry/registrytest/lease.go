@@ -73,7 +73,7 @@ func testTokensIncrease(t *testing.T, b Backend) {
 
 func testTokensAfterDelete(t *testing.T, b Backend) {
 	if b.DeleteExpired == nil {
-		t.Skip("the backend has no DeleteExpired")
+		t.Skip("requires Backend.DeleteExpired, which this backend does not provide")
 	}
 	r := newRegistry(t, b, registry.WithTTL(ttl))
 	l := r.Obtain(key(t))

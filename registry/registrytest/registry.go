@@ -453,7 +453,7 @@ func testUnlockAfterClose(t *testing.T, b Backend) {
 
 func testMissingStorage(t *testing.T, b Backend) {
 	if b.NewMissingStorage == nil {
-		t.Skip("the backend cannot make missing storage")
+		t.Skip("requires Backend.NewMissingStorage, which this backend does not provide")
 	}
 	r := registry.New(b.NewMissingStorage(t), registry.WithIdleBetweenTries(short))
 	defer r.Close(context.Background()) // its error is the missing storage again

@@ -137,7 +137,7 @@ func testRenewOfOthers(t *testing.T, b Backend) {
 
 func testAfterDeleteExpired(t *testing.T, b Backend) {
 	if b.DeleteExpired == nil {
-		t.Skip("the backend has no DeleteExpired")
+		t.Skip("requires Backend.DeleteExpired, which this backend does not provide")
 	}
 	a := client(t, b)
 	acquire(t, a, key(t), ttl)

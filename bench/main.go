@@ -1,0 +1,218 @@
+// Command bench measures lockreg side by side with the protocols of Spring
+// Integration's JDBC lock registry, ShedLock and cirello.io/pglock, with
+// PostgreSQL advisory locks and with the floor of two round trips, on the
+// same local databases in one run. See docs/benchmarks.md.
+//
+//	cd bench && go run . [-quick] [-only a,b] [-scenarios s,t] [-json FILE] [-plot DIR]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+type config struct {
+	quick      bool
+	duration   time.Duration // measured time per scenario and contestant
+	warmup     time.Duration
+	hold       time.Duration
+	instances  int
+	goroutines int
+	cacheKeys  int
+	only       []string
+	scenarios  []string
+	jsonFile   string
+	plotDir    string
+	pgDB       string
+	verbose    bool
+}
+
+var allScenarios = []string{"uncontended", "parallel", "contended", "safety", "cache"}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		os.Exit(2)
+	}
+	if err := run(context.Background(), cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string, errOut io.Writer) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	fs.BoolVar(&cfg.quick, "quick", false, "every scenario, shorter (1 s measured, 0.2 s warm-up): within 60 s on 2 cores")
+	fs.DurationVar(&cfg.duration, "duration", 0, "measured time per scenario and contestant (default 5s, 1s with -quick)")
+	fs.DurationVar(&cfg.warmup, "warmup", 0, "warm-up before each measurement (default 1s, 200ms with -quick)")
+	fs.DurationVar(&cfg.hold, "hold", time.Millisecond, "contended: time each holder keeps the lock")
+	fs.IntVar(&cfg.instances, "instances", 4, "contended: instances (separate pools and client ids)")
+	fs.IntVar(&cfg.goroutines, "goroutines", 16, "parallel: goroutines, one key each, on one instance (pool of that size)")
+	fs.IntVar(&cfg.cacheKeys, "cache-keys", 100000, "cache: distinct keys obtained")
+	only := fs.String("only", "", "comma-separated contestants (default all): "+strings.Join(names(), ","))
+	scen := fs.String("scenarios", "", "comma-separated scenarios (default all): "+strings.Join(allScenarios, ","))
+	fs.StringVar(&cfg.jsonFile, "json", "", "write the results as a JSON array to `FILE`")
+	fs.StringVar(&cfg.plotDir, "plot", "", "write SVG charts to `DIR`")
+	fs.StringVar(&cfg.pgDB, "pgdb", "lockreg_bench", "PostgreSQL database of the benchmark, created if missing on the server of LOCKREG_POSTGRES_DSN, so that its statistics count only the benchmark (\"\" = the DSN's own)")
+	fs.BoolVar(&cfg.verbose, "v", false, "log every contestant error")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(errOut, "bench: unexpected arguments %q\n", fs.Args())
+		return cfg, errors.New("usage")
+	}
+	if cfg.duration == 0 {
+		cfg.duration = 5 * time.Second
+		if cfg.quick {
+			cfg.duration = time.Second
+		}
+	}
+	if cfg.warmup == 0 {
+		cfg.warmup = time.Second
+		if cfg.quick {
+			cfg.warmup = 200 * time.Millisecond
+		}
+	}
+	var err error
+	if cfg.only, err = list(*only, names()); err != nil {
+		fmt.Fprintln(errOut, "bench: -only:", err)
+		return cfg, err
+	}
+	if cfg.scenarios, err = list(*scen, allScenarios); err != nil {
+		fmt.Fprintln(errOut, "bench: -scenarios:", err)
+		return cfg, err
+	}
+	if cfg.instances < 2 || cfg.goroutines < 1 || cfg.cacheKeys < 1 {
+		fmt.Fprintln(errOut, "bench: -instances must be ≥ 2, -goroutines and -cache-keys ≥ 1")
+		return cfg, errors.New("usage")
+	}
+	return cfg, nil
+}
+
+func names() []string {
+	var n []string
+	for _, c := range contestants {
+		n = append(n, c.name)
+	}
+	return n
+}
+
+func list(s string, valid []string) ([]string, error) {
+	if s == "" {
+		return valid, nil
+	}
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		v = strings.TrimSpace(v)
+		if !slices.Contains(valid, v) {
+			return nil, fmt.Errorf("unknown %q (valid: %s)", v, strings.Join(valid, ","))
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// run runs the selected scenarios and writes the report to out.
+func run(ctx context.Context, cfg config, out io.Writer) error {
+	began := time.Now()
+	e := openEnv(ctx, cfg)
+	defer e.close()
+	want := func(s string) bool { return slices.Contains(cfg.scenarios, s) }
+
+	var results []result
+	add := func(r result) {
+		results = append(results, r)
+		fmt.Fprintf(os.Stderr, "bench: %-11s %-19s %s\n", r.Scenario, r.Contestant, brief(r))
+	}
+	skip := func(s string, c contestant, why error) {
+		add(result{Scenario: s, Contestant: c.name, Skipped: why.Error()})
+	}
+	for _, s := range []string{"uncontended", "parallel", "contended", "cache"} {
+		if !want(s) && !(s == "contended" && want("safety")) {
+			continue
+		}
+		for _, c := range contestants {
+			if !slices.Contains(cfg.only, c.name) {
+				continue
+			}
+			if (s == "contended" && !c.isLock) || (s == "cache" && !c.lockreg) {
+				continue
+			}
+			if err := e.unavailable(c); err != nil {
+				if s == "contended" {
+					if want("contended") {
+						skip("contended", c, err)
+					}
+					if want("safety") {
+						skip("safety", c, err)
+					}
+				} else {
+					skip(s, c, err)
+				}
+				continue
+			}
+			switch s {
+			case "uncontended":
+				r, err := uncontended(ctx, e, c, cfg)
+				if err != nil {
+					r.Skipped = "failed: " + err.Error()
+				}
+				add(r)
+			case "parallel":
+				r, err := parallel(ctx, e, c, cfg)
+				if err != nil {
+					r.Skipped = "failed: " + err.Error()
+				}
+				add(r)
+			case "contended":
+				r, sr, err := contended(ctx, e, c, cfg)
+				if err != nil {
+					r.Skipped, sr.Skipped = "failed: "+err.Error(), "failed: "+err.Error()
+				}
+				if want("contended") {
+					add(r)
+				}
+				if want("safety") {
+					add(sr)
+				}
+			case "cache":
+				r, err := cache(ctx, e, c, cfg)
+				if err != nil {
+					r.Skipped = "failed: " + err.Error()
+				}
+				add(r)
+			}
+		}
+	}
+
+	writeMarkdown(out, cfg, e.facts(ctx), results, time.Since(began))
+	if cfg.jsonFile != "" {
+		b, err := json.MarshalIndent(results, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(cfg.jsonFile, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if cfg.plotDir != "" {
+		if err := writePlots(cfg.plotDir, results); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,498 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockreg/lockreg/registry"
+)
+
+// result is one contestant's outcome in one scenario. Pointer fields are
+// absent where they do not apply.
+type result struct {
+	Scenario   string   `json:"scenario"`
+	Contestant string   `json:"contestant"`
+	Skipped    string   `json:"skipped,omitempty"`
+	OpsPerSec  *float64 `json:"ops_per_sec,omitempty"`
+	AcqP50us   *float64 `json:"acquire_p50_us,omitempty"`
+	AcqP99us   *float64 `json:"acquire_p99_us,omitempty"`
+	RelP50us   *float64 `json:"release_p50_us,omitempty"`
+	RelP99us   *float64 `json:"release_p99_us,omitempty"`
+	HandP50ms  *float64 `json:"handoff_p50_ms,omitempty"`
+	HandP90ms  *float64 `json:"handoff_p90_ms,omitempty"`
+	HandP99ms  *float64 `json:"handoff_p99_ms,omitempty"`
+	HandMaxms  *float64 `json:"handoff_max_ms,omitempty"`
+	Handoffs   *int64   `json:"handoffs,omitempty"`
+	// Early counts hand-offs whose acquisition returned before the
+	// previous holder's release call did (the server granted the lock
+	// first); their latency counts as 0.
+	Early      *int64   `json:"handoffs_before_release_returned,omitempty"`
+	WaitP99ms  *float64 `json:"wait_p99_ms,omitempty"`
+	WaitMaxms  *float64 `json:"wait_max_ms,omitempty"`
+	PerInst    []int64  `json:"acquisitions_per_instance,omitempty"`
+	Fairness   *float64 `json:"fairness,omitempty"`
+	StmtsPerOp *float64 `json:"stmts_per_op,omitempty"`
+	StmtsPerS  *float64 `json:"stmts_per_sec,omitempty"`
+	// ServerPerOp is the server's count per operation over the whole
+	// life of the instances (warm-up included): PostgreSQL transactions,
+	// MariaDB Com_* statements.
+	ServerPerOp *float64 `json:"server_per_op,omitempty"`
+	Retries     *int64   `json:"serialization_retries,omitempty"`
+	Errors      *int64   `json:"errors,omitempty"`
+	Violations  *int64   `json:"violations,omitempty"`
+	NsPerOp     *float64 `json:"ns_per_op,omitempty"`
+	BytesPerOp  *float64 `json:"bytes_per_lock,omitempty"`
+
+	handoffs []time.Duration // sorted cross-instance hand-offs, for the plot
+}
+
+func fp(v float64) *float64 { return &v }
+func ip(v int64) *int64     { return &v }
+
+func us(d time.Duration) *float64 { return fp(float64(d) / float64(time.Microsecond)) }
+func ms(d time.Duration) *float64 { return fp(float64(d) / float64(time.Millisecond)) }
+
+// pct returns the p-th percentile (nearest rank) of sorted samples.
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p/100+0.999999) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// harness is the measurement harness around one scenario of one contestant:
+// reset the tables, read the server's counter, open the instances, run
+// body, close the instances, read the counter again once flushed.
+type harness struct {
+	e     *env
+	c     contestant
+	cfg   config
+	insts []instance
+}
+
+func (r *harness) open(ctx context.Context, n, pool int) error {
+	for range n {
+		in, err := r.c.open(ctx, r.e, pool)
+		if err != nil {
+			return err
+		}
+		r.insts = append(r.insts, in)
+	}
+	return nil
+}
+
+func (r *harness) stmts() int64 {
+	var n int64
+	for _, in := range r.insts {
+		s := in.stmts()
+		if s < 0 {
+			return -1
+		}
+		n += s
+	}
+	return n
+}
+
+func (r *harness) closeAll() {
+	for _, in := range r.insts {
+		if err := in.close(); err != nil {
+			r.e.logf("%s: close: %v", r.c.name, err)
+		}
+	}
+	r.insts = nil
+}
+
+// measure wraps body with the reset and the server counts; body returns
+// the operations it did over the instances' whole life (warm-up included).
+func (r *harness) measure(ctx context.Context, body func() (int64, error)) (serverPerOp *float64, err error) {
+	if err := r.e.reset(ctx, r.c); err != nil {
+		return nil, fmt.Errorf("reset: %w", err)
+	}
+	r.e.waitIdle(ctx, r.c)
+	s0, ok, err := r.e.serverCount(ctx, r.c)
+	if err != nil {
+		return nil, err
+	}
+	ops, err := body()
+	r.closeAll()
+	if err != nil {
+		return nil, err
+	}
+	if ok && ops > 0 {
+		r.e.waitIdle(ctx, r.c)
+		s1, _, err := r.e.serverCount(ctx, r.c)
+		if err != nil {
+			return nil, err
+		}
+		return fp(float64(s1-s0) / float64(ops)), nil
+	}
+	return nil, nil
+}
+
+// key names a key of a contestant and scenario, distinct across both.
+func key(c contestant, scenario string, i int) string {
+	return "bench/" + c.name + "/" + scenario + "/" + strconv.Itoa(i)
+}
+
+// uncontended: one goroutine, one key.
+func uncontended(ctx context.Context, e *env, c contestant, cfg config) (result, error) {
+	res := result{Scenario: "uncontended", Contestant: c.name}
+	r := &harness{e: e, c: c, cfg: cfg}
+	var acq, rel []time.Duration
+	var elapsed time.Duration
+	var n, stmts int64 = 0, -1
+	server, err := r.measure(ctx, func() (int64, error) {
+		if err := r.open(ctx, 1, 4); err != nil {
+			return 0, err
+		}
+		l, err := r.insts[0].locker(ctx, key(c, "uncontended", 0))
+		if err != nil {
+			return 0, err
+		}
+		var total int64
+		cycle := func() (time.Duration, time.Duration, error) {
+			t0 := time.Now()
+			if err := l.lock(ctx); err != nil {
+				return 0, 0, fmt.Errorf("lock: %w", err)
+			}
+			t1 := time.Now()
+			if err := l.unlock(ctx); err != nil {
+				return 0, 0, fmt.Errorf("unlock: %w", err)
+			}
+			total++
+			return t1.Sub(t0), time.Since(t1), nil
+		}
+		for end := time.Now().Add(cfg.warmup); time.Now().Before(end); {
+			if _, _, err := cycle(); err != nil {
+				return total, err
+			}
+		}
+		s0 := r.stmts()
+		start := time.Now()
+		for end := start.Add(cfg.duration); time.Now().Before(end); {
+			a, b, err := cycle()
+			if err != nil {
+				return total, err
+			}
+			acq, rel = append(acq, a), append(rel, b)
+		}
+		elapsed = time.Since(start)
+		if s0 >= 0 {
+			stmts = r.stmts() - s0
+		}
+		n = int64(len(acq))
+		return total, nil
+	})
+	if err != nil {
+		return res, err
+	}
+	slices.Sort(acq)
+	slices.Sort(rel)
+	res.OpsPerSec = fp(float64(n) / elapsed.Seconds())
+	res.AcqP50us, res.AcqP99us = us(pct(acq, 50)), us(pct(acq, 99))
+	res.RelP50us, res.RelP99us = us(pct(rel, 50)), us(pct(rel, 99))
+	res.ServerPerOp = server
+	if stmts >= 0 && n > 0 {
+		res.StmtsPerOp = fp(float64(stmts) / float64(n))
+	}
+	if res.StmtsPerOp == nil && server != nil && c.server == "mariadb" {
+		res.StmtsPerOp = server // Com_* counts statements
+	}
+	retries(r, &res)
+	return res, nil
+}
+
+func retries(r *harness, res *result) {
+	var n int64
+	found := false
+	for _, in := range r.insts {
+		if s, ok := in.(*springInst); ok {
+			n += s.retries.Load()
+			found = true
+		}
+	}
+	if found {
+		res.Retries = ip(n)
+	}
+}
+
+// parallel: goroutines on distinct keys of one instance.
+func parallel(ctx context.Context, e *env, c contestant, cfg config) (result, error) {
+	res := result{Scenario: "parallel", Contestant: c.name}
+	r := &harness{e: e, c: c, cfg: cfg}
+	var ops, errs, stmts int64 = 0, 0, -1
+	var elapsed time.Duration
+	var retried int64
+	server, err := r.measure(ctx, func() (int64, error) {
+		if err := r.open(ctx, 1, cfg.goroutines); err != nil {
+			return 0, err
+		}
+		var total, errCount atomic.Int64
+		lockers := make([]locker, cfg.goroutines)
+		for i := range lockers {
+			l, err := r.insts[0].locker(ctx, key(c, "parallel", i))
+			if err != nil {
+				return 0, err
+			}
+			lockers[i] = l
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for _, l := range lockers {
+			wg.Go(func() {
+				for rctx.Err() == nil {
+					if err := l.lock(rctx); err != nil {
+						if rctx.Err() == nil {
+							errCount.Add(1)
+							e.logf("%s parallel: lock: %v", c.name, err)
+							sleep(rctx, 10*time.Millisecond)
+						}
+						continue
+					}
+					if err := l.unlock(context.Background()); err != nil {
+						errCount.Add(1)
+						e.logf("%s parallel: unlock: %v", c.name, err)
+					}
+					total.Add(1)
+				}
+			})
+		}
+		time.Sleep(cfg.warmup)
+		n0, s0, start := total.Load(), r.stmts(), time.Now()
+		time.Sleep(cfg.duration)
+		n1, s1 := total.Load(), r.stmts()
+		elapsed = time.Since(start)
+		cancel()
+		wg.Wait()
+		ops = n1 - n0
+		if s0 >= 0 {
+			stmts = s1 - s0
+		}
+		errs = errCount.Load()
+		for _, in := range r.insts {
+			if s, ok := in.(*springInst); ok {
+				retried = s.retries.Load()
+			}
+		}
+		return total.Load(), nil
+	})
+	if err != nil {
+		return res, err
+	}
+	res.OpsPerSec = fp(float64(ops) / elapsed.Seconds())
+	res.ServerPerOp = server
+	if stmts >= 0 && ops > 0 {
+		res.StmtsPerOp = fp(float64(stmts) / float64(ops))
+	}
+	res.Errors = ip(errs)
+	if c.name == "spring-serializable" || c.name == "spring-rc" {
+		res.Retries = ip(retried)
+	}
+	return res, nil
+}
+
+// acquisition is one hold of the contended key.
+type acquisition struct {
+	inst              int
+	called, acquired  time.Time
+	released          time.Time // zero until the release returned
+	violatedExclusion bool
+}
+
+// contended: instances with their own pools and client ids loop lock / hold
+// / unlock on one key; an in-process counter checks mutual exclusion.
+func contended(ctx context.Context, e *env, c contestant, cfg config) (cont, safety result, err error) {
+	cont = result{Scenario: "contended", Contestant: c.name}
+	safety = result{Scenario: "safety", Contestant: c.name}
+	r := &harness{e: e, c: c, cfg: cfg}
+	var (
+		mu         sync.Mutex
+		acqs       []*acquisition
+		holders    atomic.Int32
+		violations atomic.Int64
+		errCount   atomic.Int64
+		start, end time.Time
+		stmts      int64 = -1
+	)
+	server, err := r.measure(ctx, func() (int64, error) {
+		if err := r.open(ctx, cfg.instances, 4); err != nil {
+			return 0, err
+		}
+		lockers := make([]locker, cfg.instances)
+		for i, in := range r.insts {
+			l, err := in.locker(ctx, key(c, "contended", 0))
+			if err != nil {
+				return 0, err
+			}
+			lockers[i] = l
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for i, l := range lockers {
+			wg.Go(func() {
+				for rctx.Err() == nil {
+					called := time.Now()
+					if err := l.lock(rctx); err != nil {
+						if rctx.Err() == nil {
+							errCount.Add(1)
+							e.logf("%s contended: lock: %v", c.name, err)
+							sleep(rctx, 10*time.Millisecond)
+						}
+						continue
+					}
+					a := &acquisition{inst: i, called: called, acquired: time.Now()}
+					if holders.Add(1) != 1 {
+						violations.Add(1)
+						a.violatedExclusion = true
+					}
+					mu.Lock()
+					acqs = append(acqs, a)
+					mu.Unlock()
+					time.Sleep(cfg.hold)
+					holders.Add(-1)
+					if err := l.unlock(context.Background()); err != nil {
+						errCount.Add(1)
+						e.logf("%s contended: unlock: %v", c.name, err)
+					}
+					rel := time.Now()
+					mu.Lock()
+					a.released = rel
+					mu.Unlock()
+				}
+			})
+		}
+		time.Sleep(cfg.warmup)
+		s0 := r.stmts()
+		start = time.Now()
+		time.Sleep(cfg.duration)
+		end = time.Now()
+		s1 := r.stmts()
+		cancel()
+		wg.Wait()
+		if s0 >= 0 {
+			stmts = s1 - s0
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return int64(len(acqs)), nil
+	})
+	if err != nil {
+		return cont, safety, err
+	}
+	slices.SortFunc(acqs, func(a, b *acquisition) int { return a.acquired.Compare(b.acquired) })
+	var (
+		n       int64
+		perInst = make([]int64, cfg.instances)
+		waits   []time.Duration
+		hands   []time.Duration
+		early   int64
+	)
+	for k, a := range acqs {
+		if a.acquired.Before(start) || !a.acquired.Before(end) {
+			continue
+		}
+		n++
+		perInst[a.inst]++
+		waits = append(waits, a.acquired.Sub(a.called))
+		if k > 0 {
+			prev := acqs[k-1]
+			if prev.inst != a.inst && !prev.released.IsZero() {
+				d := a.acquired.Sub(prev.released)
+				if d < 0 {
+					early++
+					d = 0
+				}
+				hands = append(hands, d)
+			}
+		}
+	}
+	secs := end.Sub(start).Seconds()
+	slices.Sort(waits)
+	slices.Sort(hands)
+	cont.OpsPerSec = fp(float64(n) / secs)
+	cont.PerInst = perInst
+	lo, hi := slices.Min(perInst), slices.Max(perInst)
+	if hi > 0 {
+		cont.Fairness = fp(float64(lo) / float64(hi))
+	}
+	cont.Handoffs, cont.Early = ip(int64(len(hands))), ip(early)
+	if len(hands) > 0 {
+		cont.HandP50ms, cont.HandP90ms = ms(pct(hands, 50)), ms(pct(hands, 90))
+		cont.HandP99ms, cont.HandMaxms = ms(pct(hands, 99)), ms(hands[len(hands)-1])
+	}
+	cont.handoffs = hands
+	if len(waits) > 0 {
+		cont.WaitP99ms, cont.WaitMaxms = ms(pct(waits, 99)), ms(waits[len(waits)-1])
+	}
+	if stmts >= 0 {
+		cont.StmtsPerS = fp(float64(stmts) / secs)
+		if n > 0 {
+			cont.StmtsPerOp = fp(float64(stmts) / float64(n))
+		}
+	}
+	cont.ServerPerOp = server
+	cont.Errors = ip(errCount.Load())
+	retries(r, &cont)
+	safety.OpsPerSec = cont.OpsPerSec
+	// Violations over the whole run, warm-up included.
+	safety.Violations = ip(violations.Load())
+	return cont, safety, nil
+}
+
+// cache: Obtain on distinct keys of a fresh registry; time per call and heap
+// per cached idle lock object (keys are built beforehand and not counted).
+func cache(ctx context.Context, e *env, c contestant, cfg config) (result, error) {
+	res := result{Scenario: "cache", Contestant: c.name}
+	keys := make([]string, cfg.cacheKeys)
+	for i := range keys {
+		keys[i] = key(c, "cache", i)
+	}
+	obtainAll := func() (*registry.Registry, instance, time.Duration, error) {
+		in, err := c.open(ctx, e, 4)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		li, ok := in.(*lockregInst)
+		if !ok {
+			in.close()
+			return nil, nil, 0, errors.New("not a lockreg contestant")
+		}
+		t0 := time.Now()
+		for _, k := range keys {
+			li.reg.Obtain(k)
+		}
+		return li.reg, in, time.Since(t0), nil
+	}
+	// First pass: time.
+	_, in, d, err := obtainAll()
+	if err != nil {
+		return res, err
+	}
+	in.close()
+	// Second pass: memory.
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	reg, in, _, err := obtainAll()
+	if err != nil {
+		return res, err
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	runtime.KeepAlive(reg)
+	runtime.KeepAlive(keys)
+	in.close()
+	n := float64(len(keys))
+	res.NsPerOp = fp(float64(d.Nanoseconds()) / n)
+	res.OpsPerSec = fp(n / d.Seconds())
+	res.BytesPerOp = fp((float64(m1.HeapAlloc) - float64(m0.HeapAlloc)) / n)
+	return res, nil
+}
