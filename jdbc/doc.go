@@ -6,8 +6,8 @@
 //
 // # Leases
 //
-// A row (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER) is a
-// lease: the client CLIENT_ID holds the lock on LOCK_KEY in REGION until
+// A row (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, plus
+// lockreg's FENCE) is a lease: the client CLIENT_ID holds the lock on LOCK_KEY in REGION until
 // EXPIRED_AFTER. Unlike Spring Integration, which compares times of the
 // application's clock, every statement reads the database's clock, so clock
 // skew between application hosts does not move expiry. Times are stored as
@@ -20,10 +20,36 @@
 //   - Acquire is an upsert guarded by "ours or expired" (ON CONFLICT ... DO
 //     UPDATE ... WHERE on PostgreSQL and SQLite, ON DUPLICATE KEY UPDATE
 //     with IF on MySQL). Contention yields "not acquired", never a
-//     duplicate-key error.
+//     duplicate-key error. The same statement issues the fencing token
+//     (FENCE): the database's clock in microseconds, or the row's previous
+//     token plus one if that is greater.
 //   - Renew moves EXPIRED_AFTER of this client's row only while the lease is
 //     unexpired; it never revives an expired lease.
-//   - Release deletes this client's row, expired or not.
+//   - Release expires this client's row in place, expired or not, so the
+//     row keeps its token for the next holder; DeleteExpired removes old
+//     rows. ReleaseAfter (for package tasklock) keeps the lease until a
+//     minimum time after its acquisition, by the database's clock.
+//
+// # Waiting on PostgreSQL
+//
+// On PostgreSQL waiters queue in a second table, prefix + "LOCK_WAIT":
+// AcquireOrWait, the statement a waiting registry polls with, takes the
+// lease only when no live waiter of another client began to wait earlier,
+// so waiters are served in arrival order and a client that releases and
+// asks again at once queues behind them. The release statement sends a
+// NOTIFY when somebody waits; WithListener makes the repository listen for
+// it, so that waiters in other processes try again at once instead of after
+// their idle interval. Both stay one statement, one round trip. With the
+// pgx driver:
+//
+//	repo, err := jdbc.NewLockRepository(db, jdbc.WithListener(pgxlisten.New(db)))
+//
+// and with lib/pq, which listens on a connection of its own:
+//
+//	repo, err := jdbc.NewLockRepository(db, jdbc.WithListener(pqlisten.New(dsn)))
+//
+// MySQL/MariaDB and SQLite have neither: their waiters poll, and whoever
+// polls first after a release takes the lease.
 //
 // # Custom queries
 //
@@ -35,6 +61,8 @@
 //	:region     the repository's region
 //	:client_id  the repository's client id
 //	:ttl        the lease length in microseconds, an integer
+//	:wait       how long a place in the queue lasts, in microseconds
+//	:channel    the table's and region's notification channel (PostgreSQL)
 //
 // Every "%s" in it is replaced by the table prefix, so "%sLOCK" names the
 // lock table. A literal colon must be written "::" (PostgreSQL casts become
@@ -51,6 +79,9 @@
 // driver error codes, never by message text. An operation whose context is
 // done returns an error wrapping ctx.Err(). A missing table is reported as
 // ErrNoTable.
+//
+// A custom acquire query issues token 0 and leaves the queue out; a custom
+// release query sends no notification.
 //
 // # MySQL
 //
