@@ -1,0 +1,208 @@
+package resequencer
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/registry"
+)
+
+// Metadata keys the resequencer reads and writes.
+const (
+	// CorrelationIDKey is the default correlation metadata key, the one of
+	// Watermill's CorrelationID middleware
+	// (middleware.CorrelationIDMetadataKey).
+	CorrelationIDKey = "correlation_id"
+	// SequenceNumberKey is the default metadata key of a message's 1-based
+	// position in its group.
+	SequenceNumberKey = "sequence_number"
+	// SequenceSizeKey is the default metadata key of the number of messages
+	// in a message's group.
+	SequenceSizeKey = "sequence_size"
+	// DiscardReasonKey is set on discarded messages. Its values:
+	//
+	//   - "late": the sequence number is at or below the group's last
+	//     released one, or the group is complete;
+	//   - "duplicate": the group holds another message with the same
+	//     sequence number (the one that arrived first is kept);
+	//   - "expired": the group timed out and SendPartialResultOnExpiry is
+	//     off;
+	//   - "invalid: " followed by what is wrong with the sequence metadata
+	//     (missing, not a number, below 1, beyond the sequence size, or a
+	//     sequence size that differs from the group's).
+	DiscardReasonKey = "resequencer_discard_reason"
+)
+
+// Discard reasons, the values of DiscardReasonKey other than "invalid: ...".
+const (
+	reasonLate      = "late"
+	reasonDuplicate = "duplicate"
+	reasonExpired   = "expired"
+	reasonInvalid   = "invalid: "
+)
+
+// Defaults of [Config].
+const (
+	DefaultLockTimeout  = 5 * time.Second
+	DefaultPollInterval = time.Second
+	DefaultLockPrefix   = "resequencer:"
+)
+
+// Config configures a [Resequencer]. Publisher and OutputTopic are
+// required; every other field has a default, applied by [New].
+type Config struct {
+	// Publisher and OutputTopic receive the released messages, one Publish
+	// call per released run, in sequence order. The resequencer's order
+	// guarantee reaches consumers only if the topic keeps the order of
+	// successive Publish calls for a group (one Kafka partition per key, a
+	// watermill-sql topic, a GoChannel with BlockPublishUntilSubscriberAck).
+	Publisher   message.Publisher
+	OutputTopic string
+
+	// Store keeps the groups. Default: a new [groupstore.Memory], which
+	// makes the resequencer a single-instance one. Instances that
+	// resequence together share a store (and region) and a lock registry.
+	Store groupstore.Store
+	// Locks serializes the handling of each group across goroutines and,
+	// when backed by a shared repository, across instances. Default:
+	// [registry.NewLocal]. The resequencer does not close it.
+	Locks registry.LockRegistry
+	// LockPrefix is prepended to the correlation key to form the group's
+	// lock key. Default: DefaultLockPrefix.
+	LockPrefix string
+	// LockTimeout bounds the wait for a group lock. A handler that does not
+	// get the lock in time returns an error wrapping ErrLockTimeout, so the
+	// message is nacked and redelivered. Keep it well under the
+	// subscriber's ack deadline. Default: DefaultLockTimeout.
+	LockTimeout time.Duration
+
+	// Correlation returns a message's correlation key; "" makes Handle fail
+	// with ErrNoCorrelationKey. Default: the "correlation_id" metadata of
+	// Watermill's CorrelationID middleware.
+	Correlation func(*message.Message) string
+	// MessageID returns the identity by which redeliveries are recognised;
+	// "" makes Handle fail with ErrNoMessageID. Default: the message UUID.
+	MessageID func(*message.Message) string
+
+	// SequenceNumberKey and SequenceSizeKey name the metadata holding a
+	// message's 1-based sequence number and its group's size, both decimal.
+	// Defaults: SequenceNumberKey and SequenceSizeKey.
+	SequenceNumberKey string
+	SequenceSizeKey   string
+
+	// ReleasePartialSequences releases each contiguous run that follows the
+	// last released sequence number as soon as it is complete. By default
+	// a group is released only whole, once it holds every number from 1 to
+	// its sequence size. With partial releases the sequence size may be
+	// missing: the sequence is then unbounded and its group never completes
+	// by itself (only by GroupTimeout).
+	ReleasePartialSequences bool
+
+	// GroupTimeout, when positive, expires a group GroupTimeout after its
+	// last message was added: its messages are released in order, skipping
+	// gaps, if SendPartialResultOnExpiry, and otherwise discarded. The
+	// group is then kept complete, so that later messages are discarded as
+	// late, or removed if ExpireGroupsOnTimeout.
+	GroupTimeout time.Duration
+	// SendPartialResultOnExpiry releases the messages of an expired group
+	// instead of discarding them.
+	SendPartialResultOnExpiry bool
+	// ExpireGroupsOnTimeout removes an expired group instead of keeping it
+	// complete, so that a later message with the same key starts a new
+	// group (with new output UUIDs).
+	ExpireGroupsOnTimeout bool
+	// ExpireGroupsOnCompletion removes a group as soon as its whole
+	// sequence is released. By default the completed group is kept, without
+	// its messages, so that late messages are discarded and redeliveries
+	// recognised; with this option a redelivery starts a new group.
+	ExpireGroupsOnCompletion bool
+	// MinimumTimeoutForEmptyGroups, when positive, removes a kept complete
+	// group that long after its completion. Zero keeps it until removed by
+	// other means.
+	MinimumTimeoutForEmptyGroups time.Duration
+	// PollInterval is how often the timeout runner asks the store for due
+	// groups. Default: DefaultPollInterval.
+	PollInterval time.Duration
+
+	// DiscardPublisher and DiscardTopic receive late, duplicate, invalid
+	// and expired messages, with DiscardReasonKey set. Without a topic they
+	// are logged at info level; a topic without a publisher uses Publisher.
+	DiscardPublisher message.Publisher
+	DiscardTopic     string
+
+	// Logger logs discards, lost locks and runner errors. Default: the
+	// router's logger when added with [Resequencer.AddHandler], otherwise
+	// slog's default logger.
+	Logger watermill.LoggerAdapter
+}
+
+func (c *Config) setDefaults() {
+	if c.Store == nil {
+		c.Store = groupstore.NewMemory()
+	}
+	if c.Locks == nil {
+		c.Locks = registry.NewLocal()
+	}
+	if c.LockPrefix == "" {
+		c.LockPrefix = DefaultLockPrefix
+	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = DefaultLockTimeout
+	}
+	if c.Correlation == nil {
+		c.Correlation = func(m *message.Message) string { return m.Metadata.Get(CorrelationIDKey) }
+	}
+	if c.MessageID == nil {
+		c.MessageID = func(m *message.Message) string { return m.UUID }
+	}
+	if c.SequenceNumberKey == "" {
+		c.SequenceNumberKey = SequenceNumberKey
+	}
+	if c.SequenceSizeKey == "" {
+		c.SequenceSizeKey = SequenceSizeKey
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.DiscardTopic != "" && c.DiscardPublisher == nil {
+		c.DiscardPublisher = c.Publisher
+	}
+}
+
+// Validate reports an invalid configuration with an error wrapping
+// ErrInvalidConfig. [New] calls it after applying the defaults.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if c.Publisher == nil {
+		bad("Publisher is required")
+	}
+	if c.OutputTopic == "" {
+		bad("OutputTopic is required")
+	}
+	if c.DiscardPublisher != nil && c.DiscardTopic == "" {
+		bad("DiscardPublisher needs a DiscardTopic")
+	}
+	if c.SequenceNumberKey != "" && c.SequenceNumberKey == c.SequenceSizeKey {
+		bad("SequenceNumberKey and SequenceSizeKey must differ, both are %q", c.SequenceNumberKey)
+	}
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"LockTimeout", c.LockTimeout}, {"PollInterval", c.PollInterval},
+		{"GroupTimeout", c.GroupTimeout}, {"MinimumTimeoutForEmptyGroups", c.MinimumTimeoutForEmptyGroups},
+	} {
+		if d.d < 0 {
+			bad("%s must not be negative, not %v", d.name, d.d)
+		}
+	}
+	return errors.Join(errs...)
+}

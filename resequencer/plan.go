@@ -1,0 +1,139 @@
+package resequencer
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/lockreg/lockreg/groupstore"
+)
+
+// sequence reads the sequence number and size (0 for none) from md, or
+// says what is wrong with them.
+func (c *Config) sequence(md map[string]string) (seq, size int64, problem string) {
+	rawSize, hasSize := md[c.SequenceSizeKey]
+	if hasSize {
+		n, err := strconv.ParseInt(rawSize, 10, 64)
+		switch {
+		case err != nil:
+			return 0, 0, fmt.Sprintf("%s %q is not a number", c.SequenceSizeKey, rawSize)
+		case n < 1:
+			return 0, 0, fmt.Sprintf("%s %d is below 1", c.SequenceSizeKey, n)
+		}
+		size = n
+	} else if !c.ReleasePartialSequences {
+		return 0, 0, fmt.Sprintf("%s is missing", c.SequenceSizeKey)
+	}
+	raw, ok := md[c.SequenceNumberKey]
+	if !ok {
+		return 0, 0, fmt.Sprintf("%s is missing", c.SequenceNumberKey)
+	}
+	n, err := strconv.ParseInt(raw, 10, 64)
+	switch {
+	case err != nil:
+		return 0, 0, fmt.Sprintf("%s %q is not a number", c.SequenceNumberKey, raw)
+	case n < 1:
+		return 0, 0, fmt.Sprintf("%s %d is below 1", c.SequenceNumberKey, n)
+	case size > 0 && n > size:
+		return 0, 0, fmt.Sprintf("%s %d is beyond %s %d", c.SequenceNumberKey, n, c.SequenceSizeKey, size)
+	}
+	return n, size, ""
+}
+
+// entry is a stored message with its sequence.
+type entry struct {
+	msg       groupstore.Message
+	seq, size int64
+}
+
+// discarded is a stored message to discard, with the reason.
+type discarded struct {
+	msg    groupstore.Message
+	reason string
+}
+
+// plan is what to do with a group's unreleased messages.
+type plan struct {
+	release  []entry // to publish, in sequence order
+	discard  []discarded
+	last     int64 // the last released sequence number afterwards
+	complete bool  // the whole sequence has been released
+}
+
+// changes reports whether the plan publishes or discards anything.
+func (p plan) changes() bool { return len(p.release) > 0 || len(p.discard) > 0 }
+
+// ids returns the message UUIDs the plan takes out of the group.
+func (p plan) ids() []string {
+	ids := make([]string, 0, len(p.release)+len(p.discard))
+	for _, e := range p.release {
+		ids = append(ids, e.msg.UUID)
+	}
+	for _, d := range p.discard {
+		ids = append(ids, d.msg.UUID)
+	}
+	return ids
+}
+
+// planFor decides for sg (with its messages): messages at or below the last
+// released number are late, a second message with a number already held is
+// a duplicate (the first arrival stays), a size other than that of the
+// earliest valid message is invalid. Of the rest, on expiry everything is
+// released (skipping gaps) or discarded; otherwise the run that follows the
+// last released number is released when partial releases are on, and the
+// whole sequence once it is all there when they are off.
+func (c *Config) planFor(sg groupstore.Group, expired bool) plan {
+	p := plan{last: sg.LastReleasedSequence}
+	var (
+		valid     []entry
+		seen      = map[int64]bool{}
+		groupSize = int64(-1)
+	)
+	for _, m := range sg.Messages {
+		seq, size, problem := c.sequence(m.Metadata)
+		switch {
+		case problem != "":
+			p.discard = append(p.discard, discarded{m, reasonInvalid + problem})
+		case seq <= p.last:
+			p.discard = append(p.discard, discarded{m, reasonLate})
+		case groupSize >= 0 && size != groupSize:
+			p.discard = append(p.discard, discarded{m, fmt.Sprintf("%s%s %d differs from the group's %d",
+				reasonInvalid, c.SequenceSizeKey, size, groupSize)})
+		case seen[seq]:
+			p.discard = append(p.discard, discarded{m, reasonDuplicate})
+		default:
+			groupSize = size
+			seen[seq] = true
+			valid = append(valid, entry{m, seq, size})
+		}
+	}
+	slices.SortFunc(valid, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
+	switch {
+	case expired && c.SendPartialResultOnExpiry:
+		p.release = valid
+	case expired:
+		for _, e := range valid {
+			p.discard = append(p.discard, discarded{e.msg, reasonExpired})
+		}
+		return p
+	case c.ReleasePartialSequences:
+		for _, e := range valid {
+			if e.seq != p.last+int64(len(p.release))+1 {
+				break
+			}
+			p.release = append(p.release, e)
+		}
+	default:
+		// Numbers are distinct, above last and at most the size: all of
+		// last+1..size are there when there are size-last of them.
+		if groupSize > 0 && int64(len(valid)) == groupSize-p.last {
+			p.release = valid
+		}
+	}
+	if n := len(p.release); n > 0 {
+		p.last = p.release[n-1].seq
+		p.complete = p.release[n-1].size > 0 && p.last == p.release[n-1].size
+	}
+	return p
+}
