@@ -36,11 +36,15 @@
 // AcquireOrWait, the statement a waiting registry polls with, takes the
 // lease only when no live waiter of another client began to wait earlier,
 // so waiters are served in arrival order and a client that releases and
-// asks again at once queues behind them. The release statement sends a
-// NOTIFY when somebody waits; WithListener makes the repository listen for
-// it, so that waiters in other processes try again at once instead of after
-// their idle interval. Both stay one statement, one round trip. With the
-// pgx driver:
+// asks again at once queues behind them. The release statement hands the
+// lease directly to the first live waiter, with a new token and the lease
+// length that waiter asked for, and tells it with a NOTIFY; WithListener
+// makes the repository listen, so that the waiter, woken at once, only
+// reads the lease it was given (Claim, one SELECT) instead of writing.
+// Without a listener the waiter finds the lease at its next poll. Each of
+// these stays one statement, one round trip. A waiter that stops waiting
+// gives back a lease handed to it meanwhile (Leave); one that crashes holds
+// it until it expires, as a crashed holder does. With the pgx driver:
 //
 //	repo, err := jdbc.NewLockRepository(db, jdbc.WithListener(pgxlisten.New(db)))
 //

@@ -29,6 +29,7 @@ type Listener interface {
 type ears struct {
 	l       Listener
 	channel string
+	me      string // this client: announcements of hand-offs to others are not for us
 	onError func(error)
 
 	mu      sync.Mutex
@@ -39,12 +40,12 @@ type ears struct {
 	done    chan struct{}
 }
 
-func newEars(l Listener, channel string, onError func(error)) *ears {
-	return &ears{l: l, channel: channel, onError: onError, subs: make(map[string]map[chan<- struct{}]struct{})}
+func newEars(l Listener, channel, me string, onError func(error)) *ears {
+	return &ears{l: l, channel: channel, me: me, onError: onError, subs: make(map[string]map[chan<- struct{}]struct{})}
 }
 
 // Notify arranges for c to receive a value, sent without blocking, when
-// another client releases key and someone is queued for it, and after the
+// another client releases key and hands it to this one, and after the
 // listening connection was re-established (announcements may have been lost
 // meanwhile), until stop is called. Without WithListener it does nothing.
 // The first call starts the listener.
@@ -111,10 +112,16 @@ func (e *ears) run(ctx context.Context) {
 	}
 }
 
+// wake passes on an announcement: "LOCK_KEY CLIENT_ID" when a release
+// handed the lease to CLIENT_ID, which is then the only waiter to wake.
 func (e *ears) wake(payload string) {
+	key, to, _ := strings.Cut(payload, " ")
+	if to = strings.TrimSpace(to); to != "" && to != e.me {
+		return
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for c := range e.subs[strings.TrimRight(payload, " ")] {
+	for c := range e.subs[strings.TrimRight(key, " ")] {
 		select {
 		case c <- struct{}{}:
 		default:

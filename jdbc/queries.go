@@ -36,15 +36,17 @@ type dialectSQL struct {
 	now, past string
 }
 
-// pgAcquire is PostgreSQL's acquire statement; it respects the queue.
+// pgAcquire is PostgreSQL's acquire statement. A lease that is this
+// client's (taken before, or handed over by a release) it extends; an
+// expired one it takes only when no live waiter is ahead in the queue.
 var pgAcquire = `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE) ` +
 	`VALUES (:lock_key, :region, :client_id, timezone('UTC', now()), ` +
 	`timezone('UTC', now()) + CAST(:ttl AS BIGINT) * INTERVAL '1 microsecond', ` +
 	`CAST(EXTRACT(EPOCH FROM now()) * 1000000 AS BIGINT)) ` +
 	`ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET CLIENT_ID = EXCLUDED.CLIENT_ID, EXPIRED_AFTER = EXCLUDED.EXPIRED_AFTER, ` +
 	`FENCE = GREATEST(%sLOCK.FENCE + 1, EXCLUDED.FENCE) ` +
-	`WHERE (%sLOCK.CLIENT_ID = EXCLUDED.CLIENT_ID OR %sLOCK.EXPIRED_AFTER < EXCLUDED.CREATED_DATE) ` +
-	`AND NOT EXISTS (` + pgAhead + `) ` +
+	`WHERE (%sLOCK.CLIENT_ID = EXCLUDED.CLIENT_ID AND %sLOCK.EXPIRED_AFTER >= EXCLUDED.CREATED_DATE) ` +
+	`OR (%sLOCK.EXPIRED_AFTER < EXCLUDED.CREATED_DATE AND NOT EXISTS (` + pgAhead + `)) ` +
 	`RETURNING FENCE`
 
 // pgAhead finds, within an ON CONFLICT clause, a live waiter of another
@@ -64,19 +66,38 @@ var (
 	pgAcquireOrWait = `WITH a AS (` + pgAcquire + `), ` +
 		`d AS (DELETE FROM %sLOCK_WAIT WHERE LOCK_KEY = :lock_key AND REGION = :region AND CLIENT_ID = :client_id ` +
 		`AND EXISTS (SELECT 1 FROM a)), ` +
-		`w AS (INSERT INTO %sLOCK_WAIT (LOCK_KEY, REGION, CLIENT_ID, WAITING_SINCE, WAITING_UNTIL) ` +
-		`SELECT :lock_key, :region, :client_id, timezone('UTC', now()), ` +
-		`timezone('UTC', now()) + CAST(:wait AS BIGINT) * INTERVAL '1 microsecond' WHERE NOT EXISTS (SELECT 1 FROM a) ` +
+		`w AS (INSERT INTO %sLOCK_WAIT (LOCK_KEY, REGION, CLIENT_ID, WAITING_SINCE, WAITING_UNTIL, LEASE_MICROS) ` +
+		`SELECT :lock_key, :region, :client_id, NOW, NOW + CAST(:wait AS BIGINT) * INTERVAL '1 microsecond', :ttl ` +
+		`WHERE NOT EXISTS (SELECT 1 FROM a) ` +
 		`ON CONFLICT (LOCK_KEY, REGION, CLIENT_ID) DO UPDATE SET WAITING_UNTIL = EXCLUDED.WAITING_UNTIL, ` +
+		`LEASE_MICROS = EXCLUDED.LEASE_MICROS, ` +
 		`WAITING_SINCE = CASE WHEN %sLOCK_WAIT.WAITING_UNTIL < EXCLUDED.WAITING_SINCE ` +
 		`THEN EXCLUDED.WAITING_SINCE ELSE %sLOCK_WAIT.WAITING_SINCE END) ` +
 		`SELECT FENCE FROM a`
-	pgRelease = `WITH r AS (UPDATE %sLOCK SET EXPIRED_AFTER = PAST ` +
-		`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id RETURNING LOCK_KEY) ` +
-		`SELECT count(*) FROM r LEFT JOIN LATERAL (SELECT pg_notify(CAST(:channel AS TEXT), CAST(r.LOCK_KEY AS TEXT)) ` +
-		`WHERE EXISTS (SELECT 1 FROM %sLOCK_WAIT q WHERE q.LOCK_KEY = r.LOCK_KEY AND q.REGION = :region ` +
-		`AND q.WAITING_UNTIL >= NOW)) n ON true`
-	pgLeave                = `DELETE FROM %sLOCK_WAIT WHERE LOCK_KEY = :lock_key AND REGION = :region AND CLIENT_ID = :client_id`
+	// pgRelease hands the lease to the first live waiter (nx), if any, for
+	// the lease length it asked for, with a new token, takes it out of the
+	// queue and tells it by NOTIFY ("LOCK_KEY CLIENT_ID"); otherwise it
+	// expires the row in place.
+	pgRelease = `WITH nx AS (SELECT w.CLIENT_ID, w.LEASE_MICROS FROM %sLOCK_WAIT w ` +
+		`WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region AND w.CLIENT_ID <> :client_id ` +
+		`AND w.WAITING_UNTIL >= NOW AND w.LEASE_MICROS > 0 ORDER BY w.WAITING_SINCE, w.CLIENT_ID LIMIT 1), ` +
+		`r AS (UPDATE %sLOCK l SET CLIENT_ID = COALESCE((SELECT CLIENT_ID FROM nx), l.CLIENT_ID), ` +
+		`EXPIRED_AFTER = COALESCE(NOW + (SELECT LEASE_MICROS FROM nx) * INTERVAL '1 microsecond', PAST), ` +
+		`FENCE = CASE WHEN EXISTS (SELECT 1 FROM nx) ` +
+		`THEN GREATEST(l.FENCE + 1, CAST(EXTRACT(EPOCH FROM now()) * 1000000 AS BIGINT)) ELSE l.FENCE END ` +
+		`WHERE l.REGION = :region AND l.LOCK_KEY = :lock_key AND l.CLIENT_ID = :client_id RETURNING l.LOCK_KEY), ` +
+		`d AS (DELETE FROM %sLOCK_WAIT w USING nx, r WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region ` +
+		`AND w.CLIENT_ID = nx.CLIENT_ID) ` +
+		`SELECT count(*) FROM r LEFT JOIN LATERAL (SELECT pg_notify(CAST(:channel AS TEXT), ` +
+		`CAST(r.LOCK_KEY AS TEXT) || ' ' || CAST(nx.CLIENT_ID AS TEXT)) FROM nx) n ON true`
+	// pgClaim reads a lease handed to this client by its previous holder.
+	pgClaim = `SELECT FENCE, CAST(EXTRACT(EPOCH FROM (EXPIRED_AFTER - NOW)) * 1000000 AS BIGINT) FROM %sLOCK ` +
+		`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id AND EXPIRED_AFTER > NOW`
+	// pgLeave leaves the queue and gives back a lease handed over
+	// meanwhile, which this client no longer wants.
+	pgLeave = `WITH d AS (DELETE FROM %sLOCK_WAIT WHERE LOCK_KEY = :lock_key AND REGION = :region AND CLIENT_ID = :client_id), ` +
+		`r AS (UPDATE %sLOCK SET EXPIRED_AFTER = PAST WHERE REGION = :region AND LOCK_KEY = :lock_key ` +
+		`AND CLIENT_ID = :client_id AND EXPIRED_AFTER > NOW) SELECT 1`
 	pgDeleteExpiredWaiters = `DELETE FROM %sLOCK_WAIT WHERE REGION = :region AND WAITING_UNTIL < NOW`
 )
 

@@ -14,8 +14,8 @@ import (
 // so waiters are served in arrival order and a client that releases and
 // asks again at once queues behind them.
 type queue struct {
-	acquireOrWait *stmt
-	leave, purge  query
+	acquireOrWait, claim *stmt
+	leave, purge         query
 }
 
 func newQueue(cfg *config) (*queue, error) {
@@ -24,7 +24,11 @@ func newQueue(cfg *config) (*queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jdbc: compiling a default query: %w", err) // a bug
 	}
-	leave, err := compile(pgLeave, cfg.prefix, Postgres)
+	claim, err := compile(d.complete(pgClaim), cfg.prefix, Postgres)
+	if err != nil {
+		return nil, fmt.Errorf("jdbc: compiling a default query: %w", err)
+	}
+	leave, err := compile(d.complete(pgLeave), cfg.prefix, Postgres)
 	if err != nil {
 		return nil, fmt.Errorf("jdbc: compiling a default query: %w", err)
 	}
@@ -32,7 +36,7 @@ func newQueue(cfg *config) (*queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jdbc: compiling a default query: %w", err)
 	}
-	return &queue{acquireOrWait: &stmt{q: aw}, leave: leave, purge: purge}, nil
+	return &queue{acquireOrWait: &stmt{q: aw}, claim: &stmt{q: claim}, leave: leave, purge: purge}, nil
 }
 
 // AcquireOrWait is Acquire that, on PostgreSQL, also queues this client for
@@ -47,8 +51,59 @@ func (r *LockRepository) AcquireOrWait(ctx context.Context, key string, ttl time
 	return r.acquireWith(ctx, "acquire", key, ttl, r.queue.acquireOrWait)
 }
 
-// Leave takes this client out of key's queue: one DELETE on PostgreSQL,
-// nothing elsewhere.
+// Claim reports whether a release handed this client the lease on key:
+// on PostgreSQL a release gives the lease to the first live waiter, with a
+// new token, so that the waiter only has to read it, one SELECT, instead of
+// writing. The lease's TTL is what remains of it. Elsewhere it reports
+// false.
+func (r *LockRepository) Claim(ctx context.Context, key string) (registry.Lease, bool, error) {
+	if r.queue == nil {
+		return registry.Lease{}, false, nil
+	}
+	what := opKey("claim", key)
+	lk, err := r.lockKey(key)
+	if err != nil {
+		return registry.Lease{}, false, fmt.Errorf("%s: %w", what, err)
+	}
+	hk := heldKey(lk)
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return registry.Lease{}, false, fmt.Errorf("%s: %w", what, registry.ErrClosed)
+	}
+	h := r.held[hk]
+	if h == nil {
+		h = new(holding)
+		r.held[hk] = h
+	}
+	h.acquiring++
+	r.mu.Unlock()
+
+	var (
+		lease  registry.Lease
+		remain int64
+	)
+	ok, err := r.queue.claim.scan(ctx, r.db, r.queue.claim.q.args(r.params(lk, 0)), &lease.Token, &remain)
+	lease.TTL = time.Duration(remain) * time.Microsecond
+
+	r.mu.Lock()
+	h.acquiring--
+	if ok && err == nil {
+		h.held = true
+	}
+	if !h.held && h.acquiring == 0 {
+		delete(r.held, hk)
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return registry.Lease{}, false, r.wrap(ctx, what, err)
+	}
+	return lease, ok, nil
+}
+
+// Leave takes this client out of key's queue and gives back a lease that a
+// release handed it meanwhile: one statement on PostgreSQL, nothing
+// elsewhere.
 func (r *LockRepository) Leave(ctx context.Context, key string) error {
 	if r.queue == nil {
 		return nil
@@ -64,4 +119,4 @@ func (r *LockRepository) Leave(ctx context.Context, key string) error {
 	return nil
 }
 
-var _ registry.Queue = (*LockRepository)(nil)
+var _ registry.Claimer = (*LockRepository)(nil)

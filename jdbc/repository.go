@@ -113,7 +113,7 @@ func NewLockRepository(db DB, opts ...Option) (*LockRepository, error) {
 		}
 	}
 	if cfg.listener != nil {
-		r.ears = newEars(cfg.listener, cfg.channel, cfg.onError)
+		r.ears = newEars(cfg.listener, cfg.channel, cfg.clientID, cfg.onError)
 	}
 	for _, c := range []struct {
 		dst   *query
@@ -382,6 +382,7 @@ func (r *LockRepository) Close(ctx context.Context) error {
 		}
 		if r.queue != nil {
 			r.queue.acquireOrWait.close()
+			r.queue.claim.close()
 		}
 		r.acquire.close()
 		r.renew.close()

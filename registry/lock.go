@@ -260,6 +260,8 @@ func (l *lock) takeLease(ctx context.Context, ttl time.Duration, mode waitMode) 
 		stop      func()
 	)
 	queue, _ := l.reg.repo.(Queue)
+	claimer, _ := l.reg.repo.(Claimer)
+	woken := false // by an announcement
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -282,6 +284,13 @@ func (l *lock) takeLease(ctx context.Context, ttl time.Duration, mode waitMode) 
 		var lease Lease
 		sent := time.Now()
 		ok, aerr := l.attempt(ctx, ttl, func(ctx context.Context) (ok bool, err error) {
+			if claimer != nil && woken {
+				// An announcement may mean the lease was handed to us.
+				woken = false
+				if lease, ok, err = claimer.Claim(ctx, l.key); ok || err != nil {
+					return ok, err
+				}
+			}
 			if queue != nil && mode != waitNever {
 				queued = true
 				lease, ok, err = queue.AcquireOrWait(ctx, l.key, ttl)
@@ -296,9 +305,13 @@ func (l *lock) takeLease(ctx context.Context, ttl time.Duration, mode waitMode) 
 		case aerr == nil && ok:
 			queued = false // taking the lease left the queue
 			h := &hold{token: lease.Token, ttl: ttl, done: make(chan struct{})}
+			length := ttl
+			if lease.TTL > 0 {
+				length = lease.TTL // what remains of a lease handed over
+			}
 			l.mu.Lock()
 			l.cur = h
-			l.arm(h, sent)
+			l.arm(h, sent, length)
 			l.mu.Unlock()
 			l.held.Store(true)
 			return true, nil
@@ -337,6 +350,7 @@ func (l *lock) takeLease(ctx context.Context, ttl time.Duration, mode waitMode) 
 		select {
 		case <-timer.C:
 		case <-wake:
+			woken = true
 		case <-ctx.Done():
 			return false, l.wrap("lock", deadlineIsNotError(ctx, mode))
 		case <-l.reg.done:
@@ -398,7 +412,7 @@ func (l *lock) releaseLocal() {
 func (h *lock) Unlock() {
 	if err := h.UnlockContext(context.Background()); err != nil {
 		if errors.Is(err, ErrNotHeld) {
-			panic("registry: unlock of unlocked lock " + fmt.Sprintf("%q", h.key))
+			panic("registry: unlock of unlocked lock " + fmt.Sprintf("%q", shortKey(h.key)))
 		}
 		h.reg.report(h.key, err)
 	}
@@ -412,11 +426,25 @@ func (h *lock) UnlockContext(ctx context.Context) error {
 	defer l.releaseLocal()
 	l.mu.Lock()
 	cur := l.cur
+	expiry := cur.expiry
 	l.cur = nil
 	l.end(cur)
 	l.mu.Unlock()
+	ambiguous := false // an earlier attempt failed and may have committed
 	return l.retry(ctx, "unlock", cur, func(ctx context.Context) error {
-		return l.reg.repo.Release(ctx, l.key)
+		sent := time.Now()
+		err := l.reg.repo.Release(ctx, l.key)
+		if ambiguous && errors.Is(err, ErrLockLost) && sent.Before(expiry) {
+			// The lease was unexpired when this attempt was sent, so only
+			// our own earlier release (or its hand-off) can have made the
+			// row another client's: that attempt committed and its reply
+			// was lost.
+			return nil
+		}
+		if err != nil {
+			ambiguous = true
+		}
+		return err
 	})
 }
 
@@ -463,18 +491,18 @@ func (l *lock) renewed(h *hold, ttl time.Duration, sent time.Time, err error) {
 	switch {
 	case err == nil:
 		h.ttl = ttl
-		l.arm(h, sent)
+		l.arm(h, sent, ttl)
 	case errors.Is(err, ErrLockLost):
 		l.lose(h)
 	}
 }
 
 // arm sets h's expiry from the send time of the statement that took or
-// renewed the lease (the database computed the expiry later, so the lease
-// lasts at least this long) and schedules the watchdog and keep-alive.
-// l.mu must be held.
-func (l *lock) arm(h *hold, sent time.Time) {
-	h.expiry = sent.Add(h.ttl)
+// renewed the lease for length (the database computed the expiry later, so
+// the lease lasts at least this long) and schedules the watchdog and
+// keep-alive. l.mu must be held.
+func (l *lock) arm(h *hold, sent time.Time, length time.Duration) {
+	h.expiry = sent.Add(length)
 	h.deadline = h.expiry.Add(-h.ttl / 5)
 	if h.watchdog == nil {
 		h.watchdog = time.AfterFunc(time.Until(h.deadline), func() { l.watch(h) })
@@ -484,7 +512,7 @@ func (l *lock) arm(h *hold, sent time.Time) {
 	if !l.reg.opts.keepAlive {
 		return
 	}
-	next := time.Until(sent.Add(h.ttl / 3))
+	next := time.Until(sent.Add(length / 3))
 	if h.renewal == nil {
 		h.renewal = time.AfterFunc(next, func() { l.keepAlive(h) })
 	} else {
@@ -642,5 +670,14 @@ func (h *lock) wrap(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("registry: %s %q: %w", op, h.key, err)
+	return fmt.Errorf("registry: %s %q: %w", op, shortKey(h.key), err)
+}
+
+// shortKey keeps errors about huge keys readable.
+func shortKey(key string) string {
+	const max = 128
+	if len(key) <= max {
+		return key
+	}
+	return fmt.Sprintf("%s...(%d bytes)", key[:max], len(key))
 }

@@ -62,6 +62,17 @@ type Queue interface {
 	Leave(ctx context.Context, key string) error
 }
 
+// A Claimer is a [Queue] whose releases hand the lease directly to the
+// first waiter, so that the waiter, woken by a [Notifier], only has to read
+// it. A registry woken by an announcement calls Claim before it asks again.
+type Claimer interface {
+	Queue
+
+	// Claim reports whether this client holds an unexpired lease on key
+	// that it did not acquire itself, and returns it; it takes nothing.
+	Claim(ctx context.Context, key string) (Lease, bool, error)
+}
+
 // A Notifier is a [Repository] that announces released leases, so that a
 // client waiting in another process tries again at once instead of after
 // its idle interval. Announcements are hints: one that is lost costs
@@ -82,6 +93,11 @@ type Lease struct {
 	// a holder that stalled past its lease. Zero means the repository
 	// issues no tokens.
 	Token int64
+
+	// TTL, if positive, is how long the lease lasts from when the
+	// statement ran: a claimed lease has only what remains of it. Zero
+	// means the TTL that was asked for.
+	TTL time.Duration
 }
 
 var (
