@@ -1,0 +1,156 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/lockreg/lockreg/jdbc"
+	"github.com/lockreg/lockreg/registry"
+)
+
+// Leases are judged by the database's clock alone. A registry whose
+// process clock is decades off (it runs in a testing/synctest bubble,
+// whose clock starts at 2000-01-01 00:00 UTC and moves only when the
+// bubble idles) excludes, and is excluded by, registries on the real clock
+// exactly as an in-sync one: no fenced increment is lost or refused, its
+// lease's expiry is the database's now plus the TTL, and a client on the
+// real clock takes the key once that passes, never before.
+//
+// The registry has no clock option, and faketime cannot move a Go
+// program's clock (Go reads the vDSO, not libc), hence the bubble.
+func TestAProcessClockFarFromTheDatabasesChangesNothing(t *testing.T) {
+	const ttl = 2 * time.Second
+	for _, b := range allBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			db := b.open(t)
+			run := newRun()
+			key := "skewed"
+			seedCounters(t, db, run, []string{key})
+			inSync := newRegistry(t, db, b.dialect, run, registry.WithTTL(ttl), registry.WithIdleBetweenTries(20*time.Millisecond))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			iterations := scale(10)
+
+			// Two goroutines on the real clock contend with two in the
+			// bubble. The bubble has a pool of its own: connections carry
+			// timers, which must not cross a bubble's boundary.
+			var workers, wg sync.WaitGroup
+			for g := range 2 {
+				workers.Go(func() {
+					if err := fencedIncrements(ctx, inSync, db, run, key, iterations); err != nil {
+						t.Errorf("in-sync worker %d: %v", g, err)
+					}
+				})
+			}
+			// The in-sync side of the expiry check, outside the bubble, once
+			// the in-sync workers are done: it takes the key from the
+			// skewed holder and reads the new lease.
+			skewedHolds := make(chan struct{})
+			var next row
+			takenOver := make(chan error)
+			wg.Go(func() {
+				<-skewedHolds
+				workers.Wait()
+				l := inSync.Obtain(key)
+				err := l.LockContext(ctx)
+				if err == nil {
+					next = leaseRow(t, db, b.dialect, run, key)
+					err = l.UnlockContext(ctx)
+				}
+				takenOver <- err
+			})
+
+			var skewedYear int
+			var held row
+			synctest.Test(t, func(t *testing.T) {
+				// A context of the bubble's own: selecting on a channel made
+				// outside would keep the bubble's clock from moving. The go
+				// test timeout bounds the wait instead.
+				ctx := context.Background()
+				skewedYear = time.Now().Year()
+				bdb := b.resolve()
+				pool, err := sqlx.Open(bdb.driver, bdb.dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer pool.Close()
+				// No listener: a goroutine blocked on the network would
+				// keep the bubble's clock from moving.
+				repo, err := jdbc.NewLockRepository(pool, jdbc.WithRegion(run))
+				if err != nil {
+					t.Fatal(err)
+				}
+				skewed := registry.New(repo, registry.WithTTL(ttl), registry.WithIdleBetweenTries(20*time.Millisecond),
+					registry.WithErrorHandler(func(string, error) {}))
+				defer skewed.Close(context.Background())
+				var inner sync.WaitGroup
+				for g := range 2 {
+					inner.Go(func() {
+						if err := fencedIncrements(ctx, skewed, pool, run, key, iterations); err != nil {
+							t.Errorf("skewed worker %d: %v", g, err)
+						}
+					})
+				}
+				inner.Wait()
+
+				l := skewed.Obtain(key)
+				if err := l.LockContext(ctx); err != nil {
+					t.Fatal(err)
+				}
+				held = leaseRow(t, pool, b.dialect, run, key)
+				now, err := dbNow(ctx, pool, b.dialect)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if left := time.Duration(held.expires-now) * time.Microsecond; left <= 0 || left > ttl {
+					t.Errorf("the skewed registry's lease has %v left by the database's clock, want (0, %v]", left, ttl)
+				}
+				close(skewedHolds)
+				if err := <-takenOver; err != nil {
+					t.Fatal(err)
+				}
+				l.UnlockContext(ctx) // the lease is lost by now: ErrLockLost is expected
+			})
+			workers.Wait()
+			wg.Wait()
+			if acquiredAt := next.expires - ttl.Microseconds(); acquiredAt < held.expires {
+				t.Errorf("the in-sync registry took the key %v before the skewed holder's lease expired",
+					time.Duration(held.expires-acquiredAt)*time.Microsecond)
+			}
+			n, _ := counter(t, db, run, key)
+			if want := int64(4 * iterations); n != want {
+				t.Errorf("counter %d, want %d", n, want)
+			}
+			t.Logf("%s: process clock in %d against the database's in %d: %d fenced increments by 2+2 goroutines exact; "+
+				"the skewed holder's lease ran the TTL by the database's clock and the in-sync client took the key %v after it expired",
+				b.name, skewedYear, time.Now().Year(), n,
+				(time.Duration(next.expires-ttl.Microseconds()-held.expires) * time.Microsecond).Round(time.Millisecond))
+		})
+	}
+}
+
+// fencedIncrements takes key's lock n times, each time incrementing its
+// counter guarded by the token.
+func fencedIncrements(ctx context.Context, reg *registry.Registry, db *sqlx.DB, run, key string, n int) error {
+	for range n {
+		l := reg.Obtain(key)
+		if err := l.LockContext(ctx); err != nil {
+			return err
+		}
+		err := incrementFenced(ctx, db, run, key, l.Token())
+		if uerr := l.UnlockContext(ctx); err == nil {
+			err = uerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,263 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/lockreg/lockreg/jdbc"
+	"github.com/lockreg/lockreg/jdbc/pgxlisten"
+	"github.com/lockreg/lockreg/registry"
+)
+
+// The test binary re-executes itself as a child process that runs only
+// TestHelperProcess, configured by these environment variables.
+const (
+	helperEnv  = "LOCKREG_CHAOS_HELPER" // the child's job: "fuzz" or "hold"
+	driverEnv  = "LOCKREG_CHAOS_DRIVER"
+	dsnEnv     = "LOCKREG_CHAOS_DSN"
+	dialectEnv = "LOCKREG_CHAOS_DIALECT"
+	runEnv     = "LOCKREG_CHAOS_RUN" // region and run column
+	keysEnv    = "LOCKREG_CHAOS_KEYS"
+	procEnv    = "LOCKREG_CHAOS_PROC"
+	workersEnv = "LOCKREG_CHAOS_WORKERS"
+	itersEnv   = "LOCKREG_CHAOS_ITERATIONS"
+	ttlEnv     = "LOCKREG_CHAOS_TTL"
+)
+
+// child describes a child process to start.
+type child struct {
+	mode       string
+	b          backend
+	run        string
+	keys       []string
+	proc       int
+	workers    int
+	iterations int
+	ttl        time.Duration
+}
+
+// command returns the command that runs c.
+func (c child) command(ctx context.Context) *exec.Cmd {
+	b := c.b.resolve()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(),
+		helperEnv+"="+c.mode,
+		driverEnv+"="+b.driver,
+		dsnEnv+"="+b.dsn,
+		dialectEnv+"="+string(b.dialect),
+		runEnv+"="+c.run,
+		keysEnv+"="+strings.Join(c.keys, ","),
+		procEnv+"="+strconv.Itoa(c.proc),
+		workersEnv+"="+strconv.Itoa(c.workers),
+		itersEnv+"="+strconv.Itoa(c.iterations),
+		ttlEnv+"="+c.ttl.String(),
+	)
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// keyOf is the key worker w of process p uses in iteration i: the parent
+// computes the expected counts with it.
+func keyOf(keys []string, p, w, i int) string { return keys[(p+w+i)%len(keys)] }
+
+// TestHelperProcess is the body of a child process; run directly it does
+// nothing.
+func TestHelperProcess(t *testing.T) {
+	mode := os.Getenv(helperEnv)
+	if mode == "" {
+		t.Skip("the body of child processes of the other tests")
+	}
+	var err error
+	switch mode {
+	case "fuzz":
+		err = childFuzz()
+	case "hold":
+		err = childHold()
+	default:
+		err = fmt.Errorf("unknown helper mode %q", mode)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "child %s %s: %v\n", mode, os.Getenv(procEnv), err)
+		os.Exit(2)
+	}
+	os.Exit(0)
+}
+
+type childEnv struct {
+	db         *sqlx.DB
+	dialect    jdbc.Dialect
+	run        string
+	keys       []string
+	proc       int
+	workers    int
+	iterations int
+	ttl        time.Duration
+}
+
+func readChildEnv() (*childEnv, error) {
+	c := &childEnv{dialect: jdbc.Dialect(os.Getenv(dialectEnv)), run: os.Getenv(runEnv),
+		keys: strings.Split(os.Getenv(keysEnv), ",")}
+	var err error
+	if c.proc, err = strconv.Atoi(os.Getenv(procEnv)); err != nil {
+		return nil, err
+	}
+	if c.workers, err = strconv.Atoi(os.Getenv(workersEnv)); err != nil {
+		return nil, err
+	}
+	if c.iterations, err = strconv.Atoi(os.Getenv(itersEnv)); err != nil {
+		return nil, err
+	}
+	if c.ttl, err = time.ParseDuration(os.Getenv(ttlEnv)); err != nil {
+		return nil, err
+	}
+	if c.db, err = sqlx.Open(os.Getenv(driverEnv), os.Getenv(dsnEnv)); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// registry returns a registry of the child's own client.
+func (c *childEnv) registry(onError func(string, error)) (*registry.Registry, error) {
+	opts := []jdbc.Option{jdbc.WithRegion(c.run), jdbc.WithErrorHandler(func(error) {})}
+	if c.dialect == jdbc.Postgres {
+		opts = append(opts, jdbc.WithListener(pgxlisten.New(c.db.DB)))
+	}
+	repo, err := jdbc.NewLockRepository(c.db, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return registry.New(repo, registry.WithTTL(c.ttl), registry.WithIdleBetweenTries(25*time.Millisecond),
+		registry.WithErrorHandler(onError)), nil
+}
+
+// retry runs f until it succeeds, fails with errRefused, or the hold ends:
+// SQLite reports a busy database, and a busy 2-core machine may time out.
+func retry(done <-chan struct{}, f func() error) error {
+	var err error
+	for range 50 {
+		if err = f(); err == nil || errors.Is(err, errRefused) {
+			return err
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("the hold ended while retrying: %w", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+// childFuzz runs workers goroutines, each taking iterations locks in turn
+// on the keys and, holding each, incrementing its counter guarded by the
+// token and recording the holding interval in the database's clock.
+func childFuzz() error {
+	c, err := readChildEnv()
+	if err != nil {
+		return err
+	}
+	defer c.db.Close()
+	reg, err := c.registry(func(string, error) {})
+	if err != nil {
+		return err
+	}
+	defer reg.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	errs := make(chan error, c.workers)
+	var wg sync.WaitGroup
+	for w := range c.workers {
+		wg.Go(func() {
+			for i := range c.iterations {
+				if err := c.hold(ctx, reg, keyOf(c.keys, c.proc, w, i)); err != nil {
+					errs <- fmt.Errorf("worker %d, iteration %d: %w", w, i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(func() (all []error) {
+		for err := range errs {
+			all = append(all, err)
+		}
+		return all
+	}()...)
+}
+
+// hold takes key's lock once and does the guarded work.
+func (c *childEnv) hold(ctx context.Context, reg *registry.Registry, key string) error {
+	l := reg.Obtain(key)
+	if err := l.LockContext(ctx); err != nil {
+		return err
+	}
+	token, done := l.Token(), l.Done()
+	var acquired, released int64
+	err := retry(done, func() (err error) { acquired, err = dbNow(ctx, c.db, c.dialect); return err })
+	if err == nil {
+		err = retry(done, func() error { return incrementFenced(ctx, c.db, c.run, key, token) })
+	}
+	if err == nil {
+		err = retry(done, func() (err error) { released, err = dbNow(ctx, c.db, c.dialect); return err })
+	}
+	if err == nil {
+		err = retry(done, func() error {
+			_, err := c.db.ExecContext(ctx, c.db.Rebind(`INSERT INTO chaos_interval (run, k, token, proc, acquired, released) VALUES (?, ?, ?, ?, ?, ?)`),
+				c.run, key, token, c.proc, acquired, released)
+			return err
+		})
+	}
+	if uerr := l.UnlockContext(ctx); uerr != nil {
+		err = errors.Join(err, fmt.Errorf("unlock (the lease was lost while held): %w", uerr))
+	}
+	return err
+}
+
+// childHold takes the first key's lock, prints "HELD token client" on
+// stdout and waits to be killed.
+func childHold() error {
+	c, err := readChildEnv()
+	if err != nil {
+		return err
+	}
+	reg, err := c.registry(func(string, error) {})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l := reg.Obtain(c.keys[0])
+	if err := l.LockContext(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("HELD %d\n", l.Token())
+	time.Sleep(time.Hour) // until SIGKILL
+	return nil
+}
+
+// readHeld waits for the child's "HELD token" line.
+func readHeld(r io.Reader) (int64, error) {
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("reading the child's report: %w (got %q)", err, line)
+	}
+	var token int64
+	if _, err := fmt.Sscanf(line, "HELD %d", &token); err != nil {
+		return 0, fmt.Errorf("the child reported %q: %w", line, err)
+	}
+	return token, nil
+}

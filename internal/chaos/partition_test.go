@@ -1,0 +1,110 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/lockreg/lockreg/registry"
+)
+
+// A holder cut off from the database by a partition, with keep-alive on,
+// sees Done close while its lease is still unexpired by the database's
+// clock; another client takes the key only after the lease expired; and a
+// write guarded by the cut-off holder's token is refused.
+func TestAPartitionedHolderSeesDoneBeforeItsLeaseExpires(t *testing.T) {
+	const ttl = 3 * time.Second
+	b := postgres.resolve()
+	for round := range scale(1) {
+		db := b.open(t)
+		run := newRun()
+		key := "partitioned"
+		seedCounters(t, db, run, []string{key})
+
+		u, err := url.Parse(b.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := startProxy(t, u.Host)
+		u.Host = p.Addr()
+		cutOff, err := sqlx.Open(b.driver, u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cutOff.Close() })
+
+		regA := newRegistry(t, cutOff, b.dialect, run, registry.WithKeepAlive(), registry.WithTTL(ttl),
+			registry.WithIdleBetweenTries(50*time.Millisecond))
+		regB := newRegistry(t, db, b.dialect, run, registry.WithTTL(ttl), registry.WithIdleBetweenTries(50*time.Millisecond))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+
+		a := regA.Obtain(key)
+		if err := a.LockContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		tokenA, doneA := a.Token(), a.Done()
+		// Keep-alive works through the proxy: the lease is renewed.
+		first := leaseRow(t, db, b.dialect, run, key)
+		for deadline := time.Now().Add(2 * ttl); leaseRow(t, db, b.dialect, run, key).expires == first.expires; {
+			if time.Now().After(deadline) {
+				t.Fatal("the keep-alive did not renew the lease through the proxy")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+
+		p.Cut()
+		select {
+		case <-doneA:
+		case <-time.After(3 * ttl):
+			t.Fatal("Done did not close after the partition")
+		}
+		now, err := dbNow(ctx, db, b.dialect)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := leaseRow(t, db, b.dialect, run, key) // final: A cannot reach the database
+		if now >= last.expires {
+			t.Errorf("Done closed %v after the lease expired by the database's clock",
+				time.Duration(now-last.expires)*time.Microsecond)
+		}
+
+		l := regB.Obtain(key)
+		if err := l.LockContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		tokenB := l.Token()
+		next := leaseRow(t, db, b.dialect, run, key)
+		if acquiredAt := next.expires - ttl.Microseconds(); acquiredAt < last.expires {
+			t.Errorf("the other client acquired %v before the partitioned holder's lease expired",
+				time.Duration(last.expires-acquiredAt)*time.Microsecond)
+		}
+		if err := incrementFenced(ctx, db, run, key, tokenB); err != nil {
+			t.Errorf("the new holder's write: %v", err)
+		}
+		if err := incrementFenced(ctx, db, run, key, tokenA); !errors.Is(err, errRefused) {
+			t.Errorf("a write with the partitioned holder's stale token %d (new token %d): %v, want it refused", tokenA, tokenB, err)
+		}
+		if n, _ := counter(t, db, run, key); n != 1 {
+			t.Errorf("counter %d, want 1", n)
+		}
+		if err := l.UnlockContext(ctx); err != nil {
+			t.Error(err)
+		}
+
+		p.Heal()
+		if err := a.UnlockContext(ctx); !errors.Is(err, registry.ErrLockLost) {
+			t.Errorf("unlock by the partitioned holder after healing: %v, want ErrLockLost", err)
+		}
+		t.Logf("round %d: partition cut while holding; Done closed %v before expiry by the database's clock; "+
+			"the other client acquired %v after expiry; stale token %d refused after token %d",
+			round, (time.Duration(last.expires-now) * time.Microsecond).Round(time.Millisecond),
+			(time.Duration(next.expires-ttl.Microseconds()-last.expires) * time.Microsecond).Round(time.Millisecond), tokenA, tokenB)
+	}
+}
