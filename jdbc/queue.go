@@ -66,35 +66,18 @@ func (r *LockRepository) Claim(ctx context.Context, key string) (registry.Lease,
 		return registry.Lease{}, false, fmt.Errorf("%s: %w", what, err)
 	}
 	hk := heldKey(lk)
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return registry.Lease{}, false, fmt.Errorf("%s: %w", what, registry.ErrClosed)
+	h, err := r.begin(what, hk)
+	if err != nil {
+		return registry.Lease{}, false, err
 	}
-	h := r.held[hk]
-	if h == nil {
-		h = new(holding)
-		r.held[hk] = h
-	}
-	h.acquiring++
-	r.mu.Unlock()
-
 	var (
 		lease  registry.Lease
 		remain int64
 	)
 	ok, err := r.queue.claim.scan(ctx, r.db, r.queue.claim.q.args(r.params(lk, 0)), &lease.Token, &remain)
 	lease.TTL = time.Duration(remain) * time.Microsecond
-
-	r.mu.Lock()
-	h.acquiring--
-	if ok && err == nil {
-		h.held = true
-	}
-	if !h.held && h.acquiring == 0 {
-		delete(r.held, hk)
-	}
-	r.mu.Unlock()
+	// A claim that finds nothing says nothing of a lease held before.
+	r.end(hk, h, ok && err == nil, false)
 	if err != nil {
 		return registry.Lease{}, false, r.wrap(ctx, what, err)
 	}

@@ -183,6 +183,56 @@ func (r *LockRepository) Acquire(ctx context.Context, key string, ttl time.Durat
 	return r.acquireWith(ctx, "acquire", key, ttl, r.acquire)
 }
 
+// begin marks the row hk as being acquired, from before the statement is
+// sent, so that a concurrent Close spares it.
+func (r *LockRepository) begin(what, hk string) (*holding, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, fmt.Errorf("%s: %w", what, registry.ErrClosed)
+	}
+	h := r.held[hk]
+	if h == nil {
+		h = new(holding)
+		r.held[hk] = h
+	}
+	h.acquiring++
+	return h, nil
+}
+
+// end records the outcome of an acquisition that begin started: acquired,
+// or lost to another client. After an error neither holds: a lease held
+// before stays held, as the caller still relies on it.
+func (r *LockRepository) end(hk string, h *holding, acquired, lostTo bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h.acquiring--
+	switch {
+	case acquired:
+		h.held = true
+	case lostTo:
+		h.held = false
+	}
+	if !h.held && h.acquiring == 0 {
+		delete(r.held, hk)
+	}
+}
+
+// affected turns the outcome of a guarded UPDATE into an error: one
+// wrapping registry.ErrLockLost when it touched no row.
+func (r *LockRepository) affected(ctx context.Context, what string, res sql.Result, err error) error {
+	if err == nil {
+		err = lost(res)
+	}
+	if errors.Is(err, registry.ErrLockLost) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err != nil {
+		return r.wrap(ctx, what, err)
+	}
+	return nil
+}
+
 // acquireWith runs an acquire statement, keeping the held set.
 func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl time.Duration, st *stmt) (registry.Lease, bool, error) {
 	what := opKey(op, key)
@@ -195,35 +245,12 @@ func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl ti
 	}
 	hk := heldKey(lk)
 
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return registry.Lease{}, false, fmt.Errorf("%s: %w", what, registry.ErrClosed)
+	h, err := r.begin(what, hk)
+	if err != nil {
+		return registry.Lease{}, false, err
 	}
-	h := r.held[hk]
-	if h == nil {
-		h = new(holding)
-		r.held[hk] = h
-	}
-	h.acquiring++ // from before the statement is sent, so Close spares the row
-	r.mu.Unlock()
-
 	lease, acquired, err := r.doAcquire(ctx, st, lk, ttl)
-
-	r.mu.Lock()
-	h.acquiring--
-	switch {
-	case acquired:
-		h.held = true
-	case err == nil:
-		h.held = false // another client holds it now
-	}
-	// After an error, a lease held before stays held: the caller still
-	// relies on it.
-	if !h.held && h.acquiring == 0 {
-		delete(r.held, hk)
-	}
-	r.mu.Unlock()
+	r.end(hk, h, acquired, err == nil && !acquired)
 
 	if err != nil {
 		return registry.Lease{}, false, r.wrap(ctx, what, err)
@@ -278,16 +305,7 @@ func (r *LockRepository) Renew(ctx context.Context, key string, ttl time.Duratio
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	res, err := r.renew.exec(ctx, r.db, r.renew.q.args(r.params(lk, ttl)))
-	if err == nil {
-		err = lost(res)
-	}
-	if errors.Is(err, registry.ErrLockLost) {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	if err != nil {
-		return r.wrap(ctx, what, err)
-	}
-	return nil
+	return r.affected(ctx, what, res, err)
 }
 
 // lost returns an error wrapping registry.ErrLockLost if res affected no row.

@@ -108,14 +108,5 @@ func (r *LockRepository) ReleaseAfter(ctx context.Context, key string, atLeast t
 	p := r.params(lk, 0)
 	p.ttl = micros(atLeast)
 	res, err := r.db.ExecContext(ctx, q.sql, q.args(p)...)
-	if err == nil {
-		err = lost(res)
-	}
-	if errors.Is(err, registry.ErrLockLost) {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	if err != nil {
-		return r.wrap(ctx, what, err)
-	}
-	return nil
+	return r.affected(ctx, what, res, err)
 }

@@ -5,15 +5,14 @@
 //	db, _ := sql.Open("pgx", dsn)
 //	repo, err := jdbc.NewLockRepository(db, jdbc.WithListener(pgxlisten.New(db)))
 //
-// The listener borrows one connection of db's pool while registries wait,
-// and closes it, rather than return it with LISTEN state, when it stops.
+// The listener copies the connection settings of db's connections and
+// listens on a connection of its own, outside db's pool, opened while
+// registries wait and closed with the repository.
 package pgxlisten
 
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -24,28 +23,23 @@ import (
 
 type listener struct{ db *sql.DB }
 
-// New returns a listener on connections of db, which must use the pgx
-// driver; Listen fails otherwise.
+// New returns a listener that connects as db's connections do; db must use
+// the pgx driver, or Listen fails.
 func New(db *sql.DB) jdbc.Listener { return listener{db} }
 
 func (l listener) Listen(ctx context.Context, channel string, ready func(), notify func(string)) error {
-	conn, err := l.db.Conn(ctx)
+	cfg, err := l.config(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	return conn.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
-		if !ok {
-			return fmt.Errorf("pgxlisten: the database's driver is %T, not pgx/v5/stdlib", dc)
-		}
-		// Whatever ends the loop, the connection has LISTEN state or is
-		// broken: ErrBadConn makes database/sql close it.
-		return errors.Join(listen(ctx, sc.Conn(), channel, ready, notify), driver.ErrBadConn)
-	})
-}
-
-func listen(ctx context.Context, c *pgx.Conn, channel string, ready func(), notify func(string)) error {
+	// A connection of its own: one borrowed from the pool would stay locked
+	// by database/sql for as long as it listens, and statements of the pool
+	// prepared on it could then not be closed.
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
 	if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return err
 	}
@@ -57,4 +51,26 @@ func listen(ctx context.Context, c *pgx.Conn, channel string, ready func(), noti
 		}
 		notify(n.Payload)
 	}
+}
+
+// config copies the settings of one of db's connections.
+func (l listener) config(ctx context.Context) (*pgx.ConnConfig, error) {
+	conn, err := l.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	var cfg *pgx.ConnConfig
+	err = conn.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("pgxlisten: the database's driver is %T, not pgx/v5/stdlib", dc)
+		}
+		cfg = sc.Conn().Config().Copy()
+		// The copy still delivers notifications to the pool connection's
+		// buffer; pgx installs the new connection's own when it is nil.
+		cfg.OnNotification = nil
+		return nil
+	})
+	return cfg, err
 }
