@@ -32,16 +32,18 @@
 //
 // # Waiting on PostgreSQL
 //
-// On PostgreSQL waiters queue in a second table, prefix + "LOCK_WAIT":
-// AcquireOrWait, the statement a waiting registry polls with, takes the
-// lease only when no live waiter of another client began to wait earlier,
-// so waiters are served in arrival order and a client that releases and
-// asks again at once queues behind them. The release statement hands the
+// On PostgreSQL, waiters that listen (WithListener) queue in a second
+// table, prefix + "LOCK_WAIT": an acquisition takes a free lease only when
+// no live waiter of another client began to wait earlier, so waiters are
+// served in arrival order and a client that releases and asks again at once
+// queues behind them. The release statement hands the
 // lease directly to the first live waiter, with a new token and the lease
 // length that waiter asked for, and tells it with a NOTIFY; WithListener
 // makes the repository listen, so that the waiter, woken at once, only
 // reads the lease it was given (Claim, one SELECT) instead of writing.
-// Without a listener the waiter finds the lease at its next poll. Each of
+// Clients without a listener do not queue: they poll, and whoever polls
+// first after a release takes the lease, as with Spring Integration (but
+// never ahead of a listening waiter). Each of
 // these stays one statement, one round trip. A waiter that stops waiting
 // gives back a lease handed to it meanwhile (Leave); one that crashes holds
 // it until it expires, as a crashed holder does. With the pgx driver:

@@ -78,10 +78,11 @@ func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 // parameter, so it may contain any other character.
 func WithRegion(r string) Option { return func(o *options) { o.region = r } }
 
-// WithListener makes a PostgreSQL repository announce releases through
-// LISTEN/NOTIFY, so that registries waiting in other processes try again
-// at once instead of after their idle interval. The release statement sends
-// the notification itself (only when somebody is queued for the key), so
+// WithListener makes a PostgreSQL repository hear released locks through
+// LISTEN/NOTIFY and queue for them: its waiters are served in arrival
+// order, and a release hands the lease straight to the first of them and
+// wakes it, so hand-off takes about one commit instead of up to an idle
+// interval. The release statement sends the notification itself, so
 // announcing costs no extra round trip; receiving costs one connection per
 // repository, opened when the first registry waits and held until Close,
 // and re-opened after failures. Package pgxlisten provides a Listener for

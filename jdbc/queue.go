@@ -39,13 +39,17 @@ func newQueue(cfg *config) (*queue, error) {
 	return &queue{acquireOrWait: &stmt{q: aw}, claim: &stmt{q: claim}, leave: leave, purge: purge}, nil
 }
 
-// AcquireOrWait is Acquire that, on PostgreSQL, also queues this client for
-// the key when the lease is held elsewhere, or keeps its place in the
-// queue, for WithQueueTTL; taking the lease leaves the queue. It is still
-// one statement and one round trip. Elsewhere, and with a custom acquire
-// query, it is Acquire.
+// AcquireOrWait is Acquire that, on PostgreSQL with WithListener, also
+// queues this client for the key when the lease is held elsewhere, or keeps
+// its place in the queue, for WithQueueTTL; taking the lease leaves the
+// queue. It is still one statement and one round trip. Only a client that
+// listens queues: a release hands the lease to the first in the queue and
+// wakes it, whereas a client that only polls would leave a handed lease
+// idle until its next poll. Without a listener, elsewhere, and with a
+// custom acquire query, it is Acquire: the client polls, and whoever asks
+// first after a release takes the lease, as in Spring Integration.
 func (r *LockRepository) AcquireOrWait(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
-	if r.queue == nil {
+	if r.queue == nil || r.ears == nil {
 		return r.Acquire(ctx, key, ttl)
 	}
 	return r.acquireWith(ctx, "acquire", key, ttl, r.queue.acquireOrWait)
