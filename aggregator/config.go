@@ -3,8 +3,6 @@ package aggregator
 import (
 	"cmp"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -14,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/internal/grouphandler"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -119,73 +118,60 @@ type Config struct {
 	Logger watermill.LoggerAdapter
 }
 
+// kind tells the shared group-handler machinery what it works for.
+var kind = grouphandler.Kind{
+	Name:                "aggregator",
+	DefaultLockPrefix:   DefaultLockPrefix,
+	DefaultLockTimeout:  DefaultLockTimeout,
+	DefaultPollInterval: DefaultPollInterval,
+	CorrelationIDKey:    CorrelationIDKey,
+	DiscardReasonKey:    DiscardReasonKey,
+	ErrNoCorrelationKey: ErrNoCorrelationKey,
+	ErrNoMessageID:      ErrNoMessageID,
+	ErrLockTimeout:      ErrLockTimeout,
+}
+
+// shared returns the settings the aggregator shares with other group
+// handlers; [grouphandler.New] applies their defaults.
+func (c Config) shared() grouphandler.Config {
+	return grouphandler.Config{
+		Publisher: c.Publisher, OutputTopic: c.OutputTopic,
+		Store: c.Store, Locks: c.Locks, LockPrefix: c.LockPrefix, LockTimeout: c.LockTimeout,
+		Correlation: c.Correlation, MessageID: c.MessageID,
+		GroupTimeout: c.GroupTimeout, MinimumTimeoutForEmptyGroups: c.MinimumTimeoutForEmptyGroups,
+		PollInterval:     c.PollInterval,
+		DiscardPublisher: c.DiscardPublisher, DiscardTopic: c.DiscardTopic,
+		Logger: c.Logger,
+	}
+}
+
+// setDefaults applies the defaults of the aggregator's own fields.
 func (c *Config) setDefaults() {
-	if c.Store == nil {
-		c.Store = groupstore.NewMemory()
-	}
-	if c.Locks == nil {
-		c.Locks = registry.NewLocal()
-	}
-	if c.LockPrefix == "" {
-		c.LockPrefix = DefaultLockPrefix
-	}
-	if c.LockTimeout == 0 {
-		c.LockTimeout = DefaultLockTimeout
-	}
-	if c.Correlation == nil {
-		c.Correlation = func(m *message.Message) string { return m.Metadata.Get(CorrelationIDKey) }
-	}
-	if c.MessageID == nil {
-		c.MessageID = func(m *message.Message) string { return m.UUID }
-	}
 	if c.Release.kind == 0 {
 		c.Release = ReleaseOnSequenceSize()
 	}
 	if c.Output == nil {
 		c.Output = DefaultOutput
 	}
-	if c.PollInterval == 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.DiscardTopic != "" && c.DiscardPublisher == nil {
-		c.DiscardPublisher = c.Publisher
-	}
 }
 
 // Validate reports an invalid configuration with an error wrapping
 // ErrInvalidConfig. [New] calls it after applying the defaults.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
-	}
-	if c.Publisher == nil {
-		bad("Publisher is required")
-	}
-	if c.OutputTopic == "" {
-		bad("OutputTopic is required")
-	}
-	if c.DiscardPublisher != nil && c.DiscardTopic == "" {
-		bad("DiscardPublisher needs a DiscardTopic")
-	}
-	for name, d := range map[string]time.Duration{
-		"LockTimeout": c.LockTimeout, "PollInterval": c.PollInterval,
-		"GroupTimeout": c.GroupTimeout, "MinimumTimeoutForEmptyGroups": c.MinimumTimeoutForEmptyGroups,
-	} {
-		if d < 0 {
-			bad("%s must not be negative, not %v", name, d)
-		}
-	}
+	p := grouphandler.Problems{Invalid: ErrInvalidConfig}
+	s := c.shared()
+	s.CheckPublishing(&p)
+	s.CheckDurations(&p)
 	if c.Release.kind == releaseCount && c.Release.n <= 0 {
-		bad("ReleaseOnCount needs a positive count, not %d", c.Release.n)
+		p.Add("ReleaseOnCount needs a positive count, not %d", c.Release.n)
 	}
 	if c.Release.kind == releaseWhen && c.Release.fn == nil {
-		bad("ReleaseWhen needs a function")
+		p.Add("ReleaseWhen needs a function")
 	}
 	if c.Release.kind == releaseTimeout && c.GroupTimeout <= 0 {
-		bad("ReleaseOnTimeout needs a positive GroupTimeout")
+		p.Add("ReleaseOnTimeout needs a positive GroupTimeout")
 	}
-	return errors.Join(errs...)
+	return p.Err()
 }
 
 // Group is a message group as the release strategy and the output function

@@ -1,14 +1,13 @@
 package resequencer
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/internal/grouphandler"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -141,68 +140,53 @@ type Config struct {
 	Logger watermill.LoggerAdapter
 }
 
+// kind tells the shared group-handler machinery what it works for.
+var kind = grouphandler.Kind{
+	Name:                "resequencer",
+	DefaultLockPrefix:   DefaultLockPrefix,
+	DefaultLockTimeout:  DefaultLockTimeout,
+	DefaultPollInterval: DefaultPollInterval,
+	CorrelationIDKey:    CorrelationIDKey,
+	DiscardReasonKey:    DiscardReasonKey,
+	ErrNoCorrelationKey: ErrNoCorrelationKey,
+	ErrNoMessageID:      ErrNoMessageID,
+	ErrLockTimeout:      ErrLockTimeout,
+	ErrLockLost:         ErrLockLost,
+}
+
+// shared returns the settings the resequencer shares with other group
+// handlers; [grouphandler.New] applies their defaults.
+func (c Config) shared() grouphandler.Config {
+	return grouphandler.Config{
+		Publisher: c.Publisher, OutputTopic: c.OutputTopic,
+		Store: c.Store, Locks: c.Locks, LockPrefix: c.LockPrefix, LockTimeout: c.LockTimeout,
+		Correlation: c.Correlation, MessageID: c.MessageID,
+		GroupTimeout: c.GroupTimeout, MinimumTimeoutForEmptyGroups: c.MinimumTimeoutForEmptyGroups,
+		PollInterval:     c.PollInterval,
+		DiscardPublisher: c.DiscardPublisher, DiscardTopic: c.DiscardTopic,
+		Logger: c.Logger,
+	}
+}
+
+// setDefaults applies the defaults of the resequencer's own fields.
 func (c *Config) setDefaults() {
-	if c.Store == nil {
-		c.Store = groupstore.NewMemory()
-	}
-	if c.Locks == nil {
-		c.Locks = registry.NewLocal()
-	}
-	if c.LockPrefix == "" {
-		c.LockPrefix = DefaultLockPrefix
-	}
-	if c.LockTimeout == 0 {
-		c.LockTimeout = DefaultLockTimeout
-	}
-	if c.Correlation == nil {
-		c.Correlation = func(m *message.Message) string { return m.Metadata.Get(CorrelationIDKey) }
-	}
-	if c.MessageID == nil {
-		c.MessageID = func(m *message.Message) string { return m.UUID }
-	}
 	if c.SequenceNumberKey == "" {
 		c.SequenceNumberKey = SequenceNumberKey
 	}
 	if c.SequenceSizeKey == "" {
 		c.SequenceSizeKey = SequenceSizeKey
 	}
-	if c.PollInterval == 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.DiscardTopic != "" && c.DiscardPublisher == nil {
-		c.DiscardPublisher = c.Publisher
-	}
 }
 
 // Validate reports an invalid configuration with an error wrapping
 // ErrInvalidConfig. [New] calls it after applying the defaults.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
-	}
-	if c.Publisher == nil {
-		bad("Publisher is required")
-	}
-	if c.OutputTopic == "" {
-		bad("OutputTopic is required")
-	}
-	if c.DiscardPublisher != nil && c.DiscardTopic == "" {
-		bad("DiscardPublisher needs a DiscardTopic")
-	}
+	p := grouphandler.Problems{Invalid: ErrInvalidConfig}
+	s := c.shared()
+	s.CheckPublishing(&p)
 	if c.SequenceNumberKey != "" && c.SequenceNumberKey == c.SequenceSizeKey {
-		bad("SequenceNumberKey and SequenceSizeKey must differ, both are %q", c.SequenceNumberKey)
+		p.Add("SequenceNumberKey and SequenceSizeKey must differ, both are %q", c.SequenceNumberKey)
 	}
-	for _, d := range []struct {
-		name string
-		d    time.Duration
-	}{
-		{"LockTimeout", c.LockTimeout}, {"PollInterval", c.PollInterval},
-		{"GroupTimeout", c.GroupTimeout}, {"MinimumTimeoutForEmptyGroups", c.MinimumTimeoutForEmptyGroups},
-	} {
-		if d.d < 0 {
-			bad("%s must not be negative, not %v", d.name, d.d)
-		}
-	}
-	return errors.Join(errs...)
+	s.CheckDurations(&p)
+	return p.Err()
 }

@@ -1,0 +1,129 @@
+package grouphandler
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/lockreg/lockreg/groupstore"
+)
+
+// claimBatch is how many due groups the timeout runner claims at a time.
+const claimBatch = 100
+
+// RunTimeouts expires due groups until ctx is done, then returns nil. Every
+// PollInterval it claims due groups and hands each that is still due to
+// expire, under the group lock; see [Core.Expire]. Failures are logged and
+// retried when the claim's lease ends.
+func (c *Core) RunTimeouts(ctx context.Context, expire func(context.Context, groupstore.Group) error) error {
+	t := time.NewTicker(c.PollInterval)
+	defer t.Stop()
+	for {
+		c.expireDue(ctx, expire)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// claimLease outlasts the longest a runner may hold a claim: a lock wait
+// and a locked expiry, with a poll's slack.
+func (c *Core) claimLease() time.Duration {
+	return 2*c.LockTimeout + c.PollInterval
+}
+
+// expireDue claims and expires due groups until none is left or ctx ends.
+func (c *Core) expireDue(ctx context.Context, expire func(context.Context, groupstore.Group) error) {
+	for ctx.Err() == nil {
+		claims, err := c.Store.ClaimDue(ctx, claimBatch, c.claimLease())
+		if err != nil {
+			if ctx.Err() == nil {
+				c.Logger.Error("Claiming due groups failed", err, nil)
+			}
+			return
+		}
+		for _, cl := range claims {
+			if err := c.Expire(ctx, cl, expire); err != nil && ctx.Err() == nil {
+				c.Logger.Error("Expiring group failed; retrying later", err, watermill.LogFields{"group": cl.Key})
+			}
+		}
+		if len(claims) < claimBatch {
+			return
+		}
+	}
+}
+
+// Expire takes the lock of the claimed group, waiting at most PollInterval
+// or LockTimeout, whichever is shorter, and calls expire with the lock
+// context and the group, unless the group is busy (whoever holds it changes
+// it, or the claim lapses), gone, or changed since it fell due (its new due
+// time stands).
+func (c *Core) Expire(ctx context.Context, cl groupstore.Claim, expire func(context.Context, groupstore.Group) error) error {
+	lctx, unlock, err := c.Lock(ctx, cl.Key, min(c.LockTimeout, c.PollInterval))
+	if errors.Is(err, c.kind.ErrLockTimeout) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	sg, err := c.Get(lctx, cl.Key)
+	if errors.Is(err, groupstore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return c.Fail(lctx, err)
+	}
+	if sg.Version != cl.Version {
+		return nil
+	}
+	return c.Fail(lctx, expire(lctx, sg))
+}
+
+// runnerSubscriber runs the timeout runner for as long as the handler's
+// subscription lives.
+type runnerSubscriber struct {
+	message.Subscriber
+	run func(context.Context) error
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (s *runnerSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	ch, err := s.Subscriber.Subscribe(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancel == nil {
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		s.cancel, s.done = cancel, done
+		go func() {
+			defer close(done)
+			_ = s.run(rctx)
+		}()
+	}
+	return ch, nil
+}
+
+// Close stops the runner, waits for it, and closes the subscriber.
+func (s *runnerSubscriber) Close() error {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	return s.Subscriber.Close()
+}
