@@ -104,7 +104,7 @@ func TestQuickPostgres(t *testing.T) {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
 		}
-		t.Skip(msg)
+		t.Skip(msg) // the server is unreachable
 	}
 	recs := runJSON(t, "-quick", "-duration", "300ms", "-warmup", "50ms", "-cache-keys", "2000",
 		"-only", "lockreg-pgx,shedlock", "-scenarios", "uncontended,contended,safety")

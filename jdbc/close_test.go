@@ -55,7 +55,7 @@ func TestCloseWithNothingHeldReleasesAllItsRows(t *testing.T) {
 func TestCloseSparesALockBeingAcquired(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		if db.Dialect == jdbc.SQLite {
-			t.Skip("SQLite locks the whole database: Close would wait for the blocking transaction too")
+			t.Skip("requires row locks: SQLite locks the whole database, so Close would wait for the blocking transaction too")
 		}
 		region := randomRegion()
 		repo := newRepo(t, db, jdbc.WithRegion(region))

@@ -39,7 +39,7 @@ type testDB struct {
 func (db testDB) require(t testing.TB) {
 	t.Helper()
 	if db.DB == nil {
-		t.Skip(db.skip)
+		t.Skip(db.skip) // its server is unreachable
 	}
 }
 

@@ -100,7 +100,7 @@ func viaProxy(t testing.TB, db testDB) (dsn, server string, swap func(proxy stri
 		}
 		return db.dsn, cfg.Addr, func(proxy string) string { c := cfg.Clone(); c.Addr = proxy; return c.FormatDSN() }
 	}
-	t.Skip("SQLite has no server")
+	t.Skip("requires a network server, which SQLite is not")
 	return
 }
 

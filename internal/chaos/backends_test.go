@@ -122,7 +122,7 @@ func unreachable(t testing.TB, msg string) {
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
 	}
-	t.Skip(msg)
+	t.Skip(msg) // the server is unreachable
 }
 
 // testTables are the guarded data of the tests: a counter per key, written

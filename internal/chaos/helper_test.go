@@ -79,7 +79,7 @@ func keyOf(keys []string, p, w, i int) string { return keys[(p+w+i)%len(keys)] }
 func TestHelperProcess(t *testing.T) {
 	mode := os.Getenv(helperEnv)
 	if mode == "" {
-		t.Skip("the body of child processes of the other tests")
+		t.Skip("requires being run as a child process of the other tests")
 	}
 	var err error
 	switch mode {
