@@ -135,16 +135,24 @@ func (r *LockRepository) noTable(err error) error {
 }
 
 // sqliteTableMissing reports whether the repository is on SQLite and its
-// table is not in sqlite_master. It costs a query, made only for errors
-// that are not transient.
+// table does not exist: SQLite reports a missing table with a generic code,
+// so the catalog is asked rather than the message read.
 func (r *LockRepository) sqliteTableMissing(ctx context.Context) bool {
-	if r.cfg.dialect != SQLite {
-		return false
+	return r.cfg.dialect == SQLite && sqliteTablesMissing(ctx, r.db, r.cfg.table)
+}
+
+// sqliteTablesMissing reports whether any of tables is missing from the
+// SQLite database db, by its catalog.
+func sqliteTablesMissing(ctx context.Context, db DB, tables ...string) bool {
+	for _, t := range tables {
+		var n int
+		err := db.QueryRowContext(ctx,
+			`SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND lower(name) = lower(?)`, t).Scan(&n)
+		if err == nil && n == 0 {
+			return true
+		}
 	}
-	var n int
-	err := r.db.QueryRowContext(ctx,
-		`SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND lower(name) = lower(?)`, r.cfg.table).Scan(&n)
-	return err == nil && n == 0
+	return false
 }
 
 // maxQuotedKey bounds how much of a key error messages repeat.

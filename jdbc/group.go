@@ -117,7 +117,7 @@ func (s *GroupStore) wrapGroup(ctx context.Context, what string, err error) erro
 		return fmt.Errorf("%s: %w: %w", what, ctx.Err(), err)
 	case isTransient(err):
 		return registry.Transient(fmt.Errorf("%s: %w", what, err))
-	case isNoTable(err) || s.dialect == SQLite && strings.Contains(err.Error(), "no such table"):
+	case isNoTable(err) || s.dialect == SQLite && sqliteTablesMissing(ctx, s.db, s.groups, s.msgs):
 		return fmt.Errorf("%s: %w: tables %s and %s; create them with jdbc.CreateSchema: %w",
 			what, ErrNoTable, s.groups, s.msgs, err)
 	}
