@@ -3,6 +3,7 @@ package jdbc_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,7 +17,8 @@ import (
 	"github.com/lockreg/lockreg/registry"
 )
 
-// topicRecorder is a publisher that keeps messages by topic.
+// topicRecorder is a publisher that keeps messages by topic, in the order
+// of Publish calls, as an ordered topic would.
 type topicRecorder struct {
 	mu   sync.Mutex
 	msgs map[string][]*message.Message
@@ -38,6 +40,12 @@ func (r *topicRecorder) count(topic string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.msgs[topic])
+}
+
+func (r *topicRecorder) on(topic string) []*message.Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.msgs[topic])
 }
 
 // instance is one aggregator "process": its own lock repository, registry

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -17,31 +16,6 @@ import (
 	"github.com/lockreg/lockreg/registry"
 	"github.com/lockreg/lockreg/resequencer"
 )
-
-// reseqOutput is a publisher that keeps messages by topic in the order of
-// Publish calls, as an ordered topic would.
-type reseqOutput struct {
-	mu   sync.Mutex
-	msgs map[string][]*message.Message
-}
-
-func (r *reseqOutput) Publish(topic string, msgs ...*message.Message) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.msgs == nil {
-		r.msgs = map[string][]*message.Message{}
-	}
-	r.msgs[topic] = append(r.msgs[topic], msgs...)
-	return nil
-}
-
-func (r *reseqOutput) Close() error { return nil }
-
-func (r *reseqOutput) on(topic string) []*message.Message {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.msgs[topic])
-}
 
 // Cluster of 4 resequencer handlers, each with its own lock repository
 // (client id), registry and store handle on one PostgreSQL region, taking
@@ -70,7 +44,7 @@ func TestReseqClusterReleasesEveryGroupCompleteAndInOrderOnPostgres(t *testing.T
 		groupsN = 50
 	}
 	region := randomRegion()
-	out := &reseqOutput{}
+	out := &topicRecorder{}
 
 	// The workload: every message once, a fifth again, shuffled.
 	rng := rand.New(rand.NewPCG(7, 11))

@@ -158,9 +158,7 @@ func wrapped(t testing.TB, b Backend) *counting {
 	if b.NewRepository != nil {
 		repo = b.NewRepository(t)
 	}
-	c := &counting{Repository: repo}
-	c.failAcquires.Store(0)
-	return c
+	return &counting{Repository: repo}
 }
 
 // grantAll stands in for the local registry's repository when a test needs
