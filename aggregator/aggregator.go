@@ -114,25 +114,13 @@ func (a *Aggregator) release(ctx context.Context, sg groupstore.Group, g *Group)
 		return fmt.Errorf("aggregator: output of group %q: the output function returned nil", sg.Key)
 	}
 	out.UUID = a.core.OutputUUID(sg.ID, sg.Releases+1)
-	out.SetContext(ctx)
-	if err := a.core.Publisher.Publish(a.core.OutputTopic, out); err != nil {
-		return fmt.Errorf("aggregator: publishing output %s of group %q: %w", out.UUID, sg.Key, err)
-	}
-	return a.complete(ctx, sg)
+	return a.complete(ctx, sg, out)
 }
 
-// complete marks sg released and complete, or removes it.
-func (a *Aggregator) complete(ctx context.Context, sg groupstore.Group) error {
-	var err error
-	if a.cfg.ExpireGroupsOnCompletion {
-		err = a.core.Store.Remove(ctx, sg.Key, sg.Version)
-	} else {
-		err = a.core.Store.Update(ctx, sg.Key, a.core.Completion(sg))
-	}
-	if err != nil {
-		return fmt.Errorf("aggregator: completing group %q: %w", sg.Key, err)
-	}
-	return nil
+// complete publishes outs, if any, and marks sg released and complete, or
+// removes it.
+func (a *Aggregator) complete(ctx context.Context, sg groupstore.Group, outs ...*message.Message) error {
+	return a.core.Commit(ctx, sg, a.core.Completion(sg), a.cfg.ExpireGroupsOnCompletion, outs)
 }
 
 // discard sends msgs of group key to the discard topic, or logs them.

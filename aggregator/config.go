@@ -41,10 +41,14 @@ const (
 	DefaultLockPrefix   = "aggregator:"
 )
 
-// Config configures an [Aggregator]. Publisher and OutputTopic are required;
-// every other field has a default, applied by [New].
+// Config configures an [Aggregator]. OutputTopic is required, and Publisher
+// unless Store is a [groupstore.Outbox]; every other field has a default,
+// applied by [New].
 type Config struct {
-	// Publisher and OutputTopic receive the aggregated messages.
+	// Publisher and OutputTopic receive the aggregated messages. When Store
+	// is a [groupstore.Outbox], outputs go through it instead, in the
+	// transaction that completes the group, and Publisher is only the
+	// default DiscardPublisher.
 	Publisher   message.Publisher
 	OutputTopic string
 

@@ -20,14 +20,16 @@
 //	agg.AddHandler(router, "aggregate-orders", "order.lines", subscriber)
 //
 // The aggregator publishes with the publisher it is given rather than
-// returning messages from an AddHandler handler func, for two reasons. The
+// returning messages from an AddHandler handler func, for three reasons. The
 // timeout runner must publish outside any handler call (expired groups), so
 // it needs a publisher anyway; with one publishing path both behave alike.
 // And it publishes while it holds the group lock and before it marks the
 // group completed: if the publish fails, the group stays as it was, the
 // input is nacked, and the redelivery releases the group again, where a
 // router-side publish would come after the group was already completed and
-// the output would be lost.
+// the output would be lost. And with a [groupstore.Outbox] store, the
+// publish and the completion are one transaction, which a router-side
+// publish cannot join.
 //
 // # Processing
 //
@@ -60,12 +62,36 @@
 //     ([ErrNoCorrelationKey]): route them to a poison queue.
 //
 // What holds with which pub/sub: with a subscriber that redelivers nacked
-// messages (watermill-sql, Kafka, AMQP, GoChannel) nothing is lost; with
-// GoChannel the store must outlive a crash for that to mean anything, which
-// the in-memory store does not. With watermill-sql on PostgreSQL and one
-// consumer group, the subscriber's offsets row lock already serializes
-// consumers; the group lock matters for competing consumers and for the
-// timeout runners of all instances.
+// messages (watermill-sql, Kafka, AMQP, NATS JetStream, GoChannel) nothing
+// is lost; with GoChannel the store must outlive a crash for that to mean
+// anything, which the in-memory store does not. Outputs are at least once
+// with any publisher.
+//
+// # Exactly once into a SQL topic
+//
+// When Config.Store is a [groupstore.Outbox], the aggregator publishes each
+// output through it, in the transaction that completes the group, and
+// needs no Config.Publisher. [github.com/lockreg/lockreg/jdbc.NewOutbox]
+// makes one that publishes to watermill-sql topics in the store's database:
+//
+//	store, _ := jdbc.NewGroupStore(db)
+//	outbox, _ := jdbc.NewOutbox(store, func(tx *sql.Tx) (message.Publisher, error) {
+//		return wsql.NewPublisher(wsql.TxFromStdSQL(tx),
+//			wsql.PublisherConfig{SchemaAdapter: wsql.DefaultPostgreSQLSchema{}}, logger)
+//	})
+//	agg, _ := aggregator.New(aggregator.Config{Store: outbox, OutputTopic: "orders.aggregated"})
+//
+// The output and the group's completion then commit together or not at
+// all, and the completion is conditional on the group's version, so a
+// retry after a failure, or another instance after a crash, cannot publish
+// the output a second time: each output reaches the topic exactly once.
+// Discards still go through the discard publisher (at least once, with the
+// discarded message's own UUID).
+//
+// With watermill-sql on PostgreSQL and one consumer group on the default
+// schema, the subscriber's offsets row lock already serializes consumers;
+// the group lock matters for competing consumers (PostgreSQLQueueSchema,
+// brokers) and for the timeout runners of all instances.
 //
 // # Costs
 //

@@ -36,6 +36,13 @@
 // lease; the claimer then takes the group lock, checks with [Store.Get] that
 // the version is still the claimed one, and acts.
 //
+// # Outbox
+//
+// A store that implements [Outbox] publishes messages in the transaction of
+// a group change ([Outbox.UpdatePublish]); the handlers publish through it
+// when they have one, which makes their output exactly once into a topic in
+// the same database (jdbc.NewOutbox with watermill-sql).
+//
 // Implementations: [NewMemory] in this package, and jdbc.NewGroupStore in
 // package [github.com/lockreg/lockreg/jdbc] for PostgreSQL, MySQL/MariaDB and
 // SQLite. Package groupstoretest holds the conformance suite both pass.

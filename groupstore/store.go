@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 var (
@@ -142,4 +144,19 @@ type Store interface {
 	// time changes. A claim grants nothing else: the claimer still takes the
 	// group lock and checks the version.
 	ClaimDue(ctx context.Context, limit int, lease time.Duration) ([]Claim, error)
+}
+
+// Outbox is a Store that publishes messages in the transaction that changes
+// a group, so that a release and its output are committed together or not
+// at all (the transactional outbox pattern). A handler whose store is an
+// Outbox publishes its output through it, and a consumer of the output topic
+// sees each output once, without deduplicating. jdbc.NewOutbox makes one
+// that publishes to watermill-sql topics in the store's own database.
+type Outbox interface {
+	Store
+	// UpdatePublish applies u to the group of key as Update does and, in the
+	// same transaction, publishes msgs to topic. Either both happen or
+	// neither: a publish failure undoes the update, and an update failure
+	// (ErrNotFound, ErrConflict) publishes nothing.
+	UpdatePublish(ctx context.Context, key string, u Update, topic string, msgs ...*message.Message) error
 }

@@ -89,6 +89,15 @@
 // A custom acquire query issues token 0 and leaves the queue out; a custom
 // release query sends no notification.
 //
+// # Message groups
+//
+// [GroupStore] keeps the message groups of the aggregator and resequencer
+// in INT_GROUP and INT_GROUP_MESSAGE, beside the lock table, with the same
+// prefix and region options. [Outbox] adds publishing in the store's
+// transactions, so that a release and its output commit together: with a
+// watermill-sql publisher on the same database, exactly once into the
+// output topic.
+//
 // # MySQL
 //
 // Acquire relies on MySQL's affected-rows count of ON DUPLICATE KEY UPDATE

@@ -346,7 +346,14 @@ func (s *GroupStore) missingOrConflict(ctx context.Context, tx *sql.Tx, gk strin
 
 // Update implements [groupstore.Store.Update].
 func (s *GroupStore) Update(ctx context.Context, key string, u groupstore.Update) error {
-	what := "jdbc: group update " + quote(key)
+	if err := s.inTx(ctx, func(tx *sql.Tx) error { return s.update(ctx, tx, key, u) }); err != nil {
+		return s.wrapGroup(ctx, "jdbc: group update "+quote(key), err)
+	}
+	return nil
+}
+
+// update applies u to the group of key in tx.
+func (s *GroupStore) update(ctx context.Context, tx *sql.Tx, key string, u groupstore.Update) error {
 	gk := groupKeyOf(key)
 	release := u.ReleaseAll || len(u.Release) > 0
 	set := `VERSION = VERSION + 1, UPDATED_DATE = {NOW}`
@@ -375,33 +382,27 @@ func (s *GroupStore) Update(ctx context.Context, key string, u groupstore.Update
 		where += ` AND VERSION = ?`
 		args = append(args, u.IfVersion)
 	}
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if release {
-			rel := `UPDATE {M} SET RELEASED = 1, METADATA = NULL, PAYLOAD = NULL WHERE GROUP_KEY = ? AND REGION = ? AND RELEASED = 0`
-			rargs := []any{gk, s.region}
-			if !u.ReleaseAll {
-				rel += ` AND MESSAGE_KEY IN (?` + strings.Repeat(`, ?`, len(u.Release)-1) + `)`
-				for _, id := range u.Release {
-					rargs = append(rargs, messageKeyOf(id))
-				}
-			}
-			if _, err := tx.ExecContext(ctx, s.q(rel), rargs...); err != nil {
-				return err
+	if release {
+		rel := `UPDATE {M} SET RELEASED = 1, METADATA = NULL, PAYLOAD = NULL WHERE GROUP_KEY = ? AND REGION = ? AND RELEASED = 0`
+		rargs := []any{gk, s.region}
+		if !u.ReleaseAll {
+			rel += ` AND MESSAGE_KEY IN (?` + strings.Repeat(`, ?`, len(u.Release)-1) + `)`
+			for _, id := range u.Release {
+				rargs = append(rargs, messageKeyOf(id))
 			}
 		}
-		res, err := tx.ExecContext(ctx, s.q(`UPDATE {G} SET `+set+where), args...)
-		if err != nil {
+		if _, err := tx.ExecContext(ctx, s.q(rel), rargs...); err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return s.missingOrConflict(ctx, tx, gk, u.IfVersion)
-		}
-		return nil
-	})
+	}
+	res, err := tx.ExecContext(ctx, s.q(`UPDATE {G} SET `+set+where), args...)
 	if err != nil {
-		return s.wrapGroup(ctx, what, err)
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return s.missingOrConflict(ctx, tx, gk, u.IfVersion)
 	}
 	return nil
 }

@@ -52,14 +52,18 @@ const (
 	DefaultLockPrefix   = "resequencer:"
 )
 
-// Config configures a [Resequencer]. Publisher and OutputTopic are
-// required; every other field has a default, applied by [New].
+// Config configures a [Resequencer]. OutputTopic is required, and Publisher
+// unless Store is a [groupstore.Outbox]; every other field has a default,
+// applied by [New].
 type Config struct {
 	// Publisher and OutputTopic receive the released messages, one Publish
 	// call per released run, in sequence order. The resequencer's order
 	// guarantee reaches consumers only if the topic keeps the order of
 	// successive Publish calls for a group (one Kafka partition per key, a
 	// watermill-sql topic, a GoChannel with BlockPublishUntilSubscriberAck).
+	// When Store is a [groupstore.Outbox], releases go through it instead,
+	// in the transaction that records them, and Publisher is only the
+	// default DiscardPublisher.
 	Publisher   message.Publisher
 	OutputTopic string
 

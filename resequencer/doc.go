@@ -53,6 +53,9 @@
 //     output UUIDs (name-based UUIDs of the group's incarnation and the
 //     sequence number). Output is therefore at least once, and in order
 //     and exactly once for a consumer that deduplicates by UUID.
+//   - With a [groupstore.Outbox] store (jdbc.NewOutbox with watermill-sql)
+//     each run is published in the transaction that records it, so it
+//     reaches the topic exactly once and in order, without deduplication.
 //   - Late messages, duplicates, messages with invalid sequence metadata
 //     and the messages of expired groups go to the discard topic, with
 //     DiscardReasonKey set, when configured and are logged otherwise;

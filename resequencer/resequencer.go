@@ -2,7 +2,6 @@ package resequencer
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -97,45 +96,36 @@ func withReason(m *message.Message, reason string) *message.Message {
 // release, discards, and then records the outcome in the store, so that
 // a failure anywhere leaves the group as it was for the next attempt.
 func (q *Resequencer) apply(ctx context.Context, sg groupstore.Group, p plan, expired bool) error {
-	if len(p.release) > 0 {
-		outs := make([]*message.Message, len(p.release))
-		for i, e := range p.release {
-			outs[i] = grouphandler.ToMessage(q.core.OutputUUID(sg.ID, e.seq), e.msg)
-			outs[i].SetContext(ctx)
-		}
-		if err := q.core.Held(ctx); err != nil {
-			return fmt.Errorf("resequencer: before publishing group %q: %w", sg.Key, err)
-		}
-		if err := q.core.Publisher.Publish(q.core.OutputTopic, outs...); err != nil {
-			return fmt.Errorf("resequencer: publishing sequence %d..%d of group %q: %w",
-				p.release[0].seq, p.release[len(p.release)-1].seq, sg.Key, err)
-		}
+	var outs []*message.Message
+	for _, e := range p.release {
+		outs = append(outs, grouphandler.ToMessage(q.core.OutputUUID(sg.ID, e.seq), e.msg))
 	}
 	if len(p.discard) > 0 {
-		outs := make([]*message.Message, len(p.discard))
+		ds := make([]*message.Message, len(p.discard))
 		for i, d := range p.discard {
-			outs[i] = withReason(grouphandler.ToMessage(d.msg.UUID, d.msg), d.reason)
+			ds[i] = withReason(grouphandler.ToMessage(d.msg.UUID, d.msg), d.reason)
 		}
-		if err := q.core.Discard(ctx, sg.Key, outs); err != nil {
+		if err := q.core.Discard(ctx, sg.Key, ds); err != nil {
 			return err
 		}
 	}
-	var err error
+	var (
+		u      groupstore.Update
+		remove bool
+	)
 	switch {
 	case expired && q.cfg.ExpireGroupsOnTimeout, p.complete && q.cfg.ExpireGroupsOnCompletion:
-		err = q.core.Store.Remove(ctx, sg.Key, sg.Version)
+		remove = true
 	case expired || p.complete:
-		u := q.core.Completion(sg)
+		u = q.core.Completion(sg)
 		u.SetLastReleasedSequence, u.LastReleasedSequence = true, p.last
-		err = q.core.Store.Update(ctx, sg.Key, u)
 	case p.changes():
-		err = q.core.Store.Update(ctx, sg.Key, groupstore.Update{IfVersion: sg.Version, Release: p.ids(),
-			SetLastReleasedSequence: true, LastReleasedSequence: p.last})
+		u = groupstore.Update{IfVersion: sg.Version, Release: p.ids(),
+			SetLastReleasedSequence: true, LastReleasedSequence: p.last}
+	default:
+		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("resequencer: recording the release of group %q: %w", sg.Key, err)
-	}
-	return nil
+	return q.core.Commit(ctx, sg, u, remove, outs)
 }
 
 // RunTimeouts expires due groups until ctx is done, then returns nil. Every

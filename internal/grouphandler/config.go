@@ -80,8 +80,12 @@ func (p *Problems) Err() error { return errors.Join(p.errs...) }
 // is split from CheckDurations so that a handler can report its own
 // problems in between, in the order of its fields.
 func (c Config) CheckPublishing(p *Problems) {
-	if c.Publisher == nil {
-		p.Add("Publisher is required")
+	_, outbox := c.Store.(groupstore.Outbox)
+	if c.Publisher == nil && !outbox {
+		p.Add("Publisher is required unless Store is a groupstore.Outbox")
+	}
+	if c.DiscardTopic != "" && c.DiscardPublisher == nil && c.Publisher == nil {
+		p.Add("DiscardTopic needs a DiscardPublisher or a Publisher")
 	}
 	if c.OutputTopic == "" {
 		p.Add("OutputTopic is required")

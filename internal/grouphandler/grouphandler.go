@@ -208,6 +208,52 @@ func (c *Core) Completion(sg groupstore.Group) groupstore.Update {
 	return u
 }
 
+// Commit publishes outs to the output topic and records u for sg, or
+// removes sg when remove is set. With an Outbox store both happen in one
+// transaction (a removal becomes a completion that falls due at once,
+// followed by a removal, so that a failed removal is left to the timeout
+// runner). Otherwise outs are published first, so that a failure before the
+// record publishes them again, with the same UUIDs, on the next attempt. A
+// lost hold (Held) stops it before it publishes.
+func (c *Core) Commit(ctx context.Context, sg groupstore.Group, u groupstore.Update, remove bool, outs []*message.Message) error {
+	for _, m := range outs {
+		m.SetContext(ctx)
+	}
+	if err := c.Held(ctx); err != nil {
+		return fmt.Errorf("%s: before releasing group %q: %w", c.kind.Name, sg.Key, err)
+	}
+	if ob, ok := c.Store.(groupstore.Outbox); ok && len(outs) > 0 {
+		if remove {
+			u = groupstore.Update{IfVersion: sg.Version, ReleaseAll: true, Complete: true, Timeout: time.Microsecond}
+		}
+		if err := ob.UpdatePublish(ctx, sg.Key, u, c.OutputTopic, outs...); err != nil {
+			return fmt.Errorf("%s: releasing %d message(s) of group %q: %w", c.kind.Name, len(outs), sg.Key, err)
+		}
+		if remove {
+			if err := c.Remove(ctx, groupstore.Group{Key: sg.Key, Version: sg.Version + 1}); err != nil {
+				c.Logger.Error("Removing a released group failed; the timeout runner will", err,
+					watermill.LogFields{"group": sg.Key})
+			}
+		}
+		return nil
+	}
+	if len(outs) > 0 {
+		if err := c.Publisher.Publish(c.OutputTopic, outs...); err != nil {
+			return fmt.Errorf("%s: publishing %d message(s) of group %q: %w", c.kind.Name, len(outs), sg.Key, err)
+		}
+	}
+	var err error
+	if remove {
+		err = c.Store.Remove(ctx, sg.Key, sg.Version)
+	} else {
+		err = c.Store.Update(ctx, sg.Key, u)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: recording the release of group %q: %w", c.kind.Name, sg.Key, err)
+	}
+	return nil
+}
+
 // Remove removes sg, a kept complete group that fell due; one already gone
 // is no error.
 func (c *Core) Remove(ctx context.Context, sg groupstore.Group) error {

@@ -1,0 +1,71 @@
+package jdbc
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/lockreg/lockreg/groupstore"
+)
+
+// Outbox is a [GroupStore] that also publishes in its own transactions: it
+// implements [groupstore.Outbox], so an aggregator or resequencer whose
+// store it is commits each release and its output together. With a
+// watermill-sql publisher on the store's database, each output reaches its
+// topic exactly once. Make one with NewOutbox; it is safe for concurrent use.
+type Outbox struct {
+	*GroupStore
+	newPublisher func(*sql.Tx) (message.Publisher, error)
+}
+
+var _ groupstore.Outbox = (*Outbox)(nil)
+
+// NewOutbox returns an Outbox on store that publishes with the publisher
+// newPublisher makes on a transaction of the store's database. With
+// watermill-sql:
+//
+//	outbox, err := jdbc.NewOutbox(store, func(tx *sql.Tx) (message.Publisher, error) {
+//		return wsql.NewPublisher(wsql.TxFromStdSQL(tx),
+//			wsql.PublisherConfig{SchemaAdapter: wsql.DefaultPostgreSQLSchema{}}, logger)
+//	})
+//
+// The publisher must write only through tx (watermill-sql's refuses
+// AutoInitializeSchema on a transaction; create the topic's table first). It
+// is made once per transaction attempt and closed after it.
+func NewOutbox(store *GroupStore, newPublisher func(tx *sql.Tx) (message.Publisher, error)) (*Outbox, error) {
+	if store == nil {
+		return nil, errors.New("jdbc: outbox: nil group store")
+	}
+	if newPublisher == nil {
+		return nil, errors.New("jdbc: outbox: nil publisher function")
+	}
+	return &Outbox{GroupStore: store, newPublisher: newPublisher}, nil
+}
+
+// UpdatePublish implements [groupstore.Outbox.UpdatePublish]: one
+// transaction of the statements of Update and the publisher's. A transient
+// failure retries the whole transaction, publish included, as Update does.
+func (o *Outbox) UpdatePublish(ctx context.Context, key string, u groupstore.Update, topic string, msgs ...*message.Message) error {
+	err := o.inTx(ctx, func(tx *sql.Tx) error {
+		if err := o.update(ctx, tx, key, u); err != nil {
+			return err
+		}
+		p, err := o.newPublisher(tx)
+		if err != nil {
+			return fmt.Errorf("making the publisher: %w", err)
+		}
+		err = p.Publish(topic, msgs...)
+		p.Close() // it wrote through tx; nothing of it outlives the transaction
+		if err != nil {
+			return fmt.Errorf("publishing %d message(s) to %q: %w", len(msgs), topic, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return o.wrapGroup(ctx, "jdbc: group update and publish "+quote(key), err)
+	}
+	return nil
+}
