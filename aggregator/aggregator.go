@@ -92,7 +92,68 @@ func (a *Aggregator) Handle(msg *message.Message) error {
 		}
 		loaded = &sg
 	}
-	return a.release(ctx, *loaded, toGroup(*loaded, false))
+	sg, err := a.dropMisfits(ctx, *loaded)
+	if err != nil {
+		return err
+	}
+	if sg.Version != loaded.Version && !a.cfg.Release.canRelease(sg.Size, nil, toGroup(sg, false)) {
+		return nil
+	}
+	return a.release(ctx, sg, toGroup(sg, false))
+}
+
+// Discard reasons of messages that do not fit their group's sequence.
+const (
+	reasonDuplicateSequence = "duplicate sequence number"
+	reasonSizeMismatch      = "sequence size mismatch"
+)
+
+// dropMisfits discards, with ReleaseOnSequenceSize, the messages of sg
+// that do not fit its sequence, as Spring Integration's sequence-aware
+// groups refuse them: a message whose SequenceNumberKey an earlier message
+// of the group has, or whose SequenceSizeKey differs from the first
+// message's. It takes them out of the group and returns the group as it
+// is then, or sg if all fit. Checking at release time, when the group is
+// read anyway, costs nothing per message; a misfit only waits in the group
+// until then.
+func (a *Aggregator) dropMisfits(ctx context.Context, sg groupstore.Group) (groupstore.Group, error) {
+	if a.cfg.Release.kind != releaseSequence || len(sg.Messages) == 0 {
+		return sg, nil
+	}
+	size := sg.Messages[0].Metadata[SequenceSizeKey]
+	seen := make(map[string]bool, len(sg.Messages))
+	var (
+		misfits []*message.Message
+		ids     []string
+	)
+	for _, m := range sg.Messages {
+		reason := ""
+		n, numbered := m.Metadata[SequenceNumberKey]
+		switch {
+		case m.Metadata[SequenceSizeKey] != size:
+			reason = reasonSizeMismatch
+		case numbered && seen[n]:
+			reason = reasonDuplicateSequence
+		}
+		if reason == "" {
+			if numbered {
+				seen[n] = true
+			}
+			continue
+		}
+		misfits = append(misfits, grouphandler.WithReason(grouphandler.ToMessage(m.UUID, m), DiscardReasonKey, reason))
+		ids = append(ids, m.UUID)
+	}
+	if len(misfits) == 0 {
+		return sg, nil
+	}
+	if err := a.core.Discard(ctx, sg.Key, misfits); err != nil {
+		return sg, err
+	}
+	if err := a.core.Store.Update(ctx, sg.Key, groupstore.Update{IfVersion: sg.Version, Release: ids}); err != nil {
+		return sg, fmt.Errorf("aggregator: dropping %d misfit(s) from group %q: %w", len(ids), sg.Key, err)
+	}
+	return a.core.Get(ctx, sg.Key)
 }
 
 // toGroup converts a stored group to the view of strategies and outputs.
@@ -153,6 +214,10 @@ func (a *Aggregator) RunTimeouts(ctx context.Context) error {
 func (a *Aggregator) expire(ctx context.Context, sg groupstore.Group) error {
 	if sg.Complete || sg.Size == 0 {
 		return a.core.Remove(ctx, sg)
+	}
+	sg, err := a.dropMisfits(ctx, sg)
+	if err != nil {
+		return err
 	}
 	g := toGroup(sg, true)
 	switch {

@@ -257,6 +257,40 @@ func TestLateMessageToACompletedGroupIsDiscarded(t *testing.T) {
 	}
 }
 
+func TestSecondMessageWithASequenceNumberTheGroupHoldsIsDiscarded(t *testing.T) {
+	a, rec := newAgg(t, aggregator.Config{DiscardTopic: "discard"})
+	twin := part("d", 1, 3)
+	twin.UUID, twin.Payload = "d-1-twin", []byte(`{"item":"twin"}`)
+	handle(t, a, part("d", 1, 3), twin, part("d", 2, 3))
+	if got := rec.on("out"); len(got) != 0 {
+		t.Fatalf("released with a duplicate number: %s", got[0].Payload)
+	}
+	d := rec.on("discard")
+	if len(d) != 1 || d[0].UUID != twin.UUID || d[0].Metadata.Get(aggregator.DiscardReasonKey) != "duplicate sequence number" {
+		t.Fatalf("discards %v, want the twin with reason %q", d, "duplicate sequence number")
+	}
+	handle(t, a, part("d", 3, 3))
+	out := rec.on("out")
+	if len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2},{"item":3}]` {
+		t.Fatalf("outputs %v, want the whole sequence once", out)
+	}
+}
+
+func TestMessageWhoseSequenceSizeDiffersFromTheGroupsIsDiscarded(t *testing.T) {
+	a, rec := newAgg(t, aggregator.Config{DiscardTopic: "discard"})
+	odd := part("s", 2, 2)
+	odd.UUID = "s-2-of-2"
+	handle(t, a, part("s", 1, 3), odd, part("s", 2, 3))
+	d := rec.on("discard")
+	if len(d) != 1 || d[0].UUID != odd.UUID || d[0].Metadata.Get(aggregator.DiscardReasonKey) != "sequence size mismatch" {
+		t.Fatalf("discards %v, want the odd-sized message with reason %q", d, "sequence size mismatch")
+	}
+	handle(t, a, part("s", 3, 3))
+	if out := rec.on("out"); len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2},{"item":3}]` {
+		t.Fatalf("outputs %v, want the sequence of size 3", out)
+	}
+}
+
 func TestDiscardsAreLoggedWithoutADiscardTopic(t *testing.T) {
 	logs := watermill.NewCaptureLogger()
 	a, rec := newAgg(t, aggregator.Config{Logger: logs})

@@ -30,7 +30,10 @@ const (
 	SequenceNumberKey = "sequence_number"
 	// DiscardReasonKey is set on discarded messages: "late" for a message
 	// that reached a complete group, "expired" for a message of a group that
-	// timed out without a release.
+	// timed out without a release, and with ReleaseOnSequenceSize
+	// "duplicate sequence number" for a second message with a number the
+	// group holds and "sequence size mismatch" for a message whose size
+	// differs from the group's first message's.
 	DiscardReasonKey = "aggregator_discard_reason"
 )
 
@@ -209,7 +212,11 @@ type ReleaseStrategy struct {
 // ReleaseOnSequenceSize releases a group once it holds as many messages as
 // the SequenceSizeKey metadata of its messages says (Spring Integration's
 // default). A message without a valid positive size never completes a group
-// on arrival. It costs no store reads.
+// on arrival. Like Spring's sequence-aware groups it refuses messages that
+// do not fit the sequence: when the group is about to be released (or
+// expires), a message whose SequenceNumberKey an earlier message has, or
+// whose SequenceSizeKey differs from the first message's, is discarded and
+// the group waits for the rest. It costs no store reads.
 func ReleaseOnSequenceSize() ReleaseStrategy { return ReleaseStrategy{kind: releaseSequence} }
 
 // ReleaseOnCount releases a group once it holds n messages. It costs no
