@@ -10,7 +10,10 @@
 //	go run ./examples/aggregator
 //
 // -dsn keeps the groups and locks in PostgreSQL (through pgx) or
-// MariaDB/MySQL instead:
+// MariaDB/MySQL instead. On PostgreSQL the transport is watermill-sql too:
+// both instances consume one topic of lines as competing consumers, and
+// each order is published by a jdbc.Outbox in the transaction that
+// completes its group, so it reaches the orders topic exactly once:
 //
 //	go run ./examples/aggregator -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
 package main
@@ -30,6 +33,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	_ "github.com/go-sql-driver/mysql"
@@ -67,9 +71,17 @@ func run(out io.Writer, dsn string, orders int) error {
 	region := "example-" + watermill.NewShortUUID()
 
 	logger := watermill.NopLogger{}
-	pubSub := gochannel.NewGoChannel(gochannel.Config{}, logger)
-	defer pubSub.Close()
-	aggregated, err := pubSub.Subscribe(ctx, "orders")
+	var tr transport
+	if strings.HasPrefix(dsn, "postgres") {
+		tr, err = sqlTransport(ctx, db, logger)
+	} else {
+		tr = goChannelTransport(logger)
+	}
+	if err != nil {
+		return err
+	}
+	defer tr.close()
+	aggregated, err := tr.orders.Subscribe(ctx, tr.ordersTopic)
 	if err != nil {
 		return err
 	}
@@ -87,14 +99,20 @@ func run(out io.Writer, dsn string, orders int) error {
 		if err != nil {
 			return err
 		}
-		agg, err := aggregator.New(aggregator.Config{
-			Publisher:    pubSub,
-			OutputTopic:  "orders",
+		cfg := aggregator.Config{
+			Publisher:    tr.publisher, // nil with an outbox: it publishes the orders
+			OutputTopic:  tr.ordersTopic,
 			Store:        store,
 			Locks:        locks,
 			GroupTimeout: 30 * time.Second,
 			Logger:       logger,
-		})
+		}
+		if tr.outbox != nil {
+			if cfg.Store, err = tr.outbox(store); err != nil {
+				return err
+			}
+		}
+		agg, err := aggregator.New(cfg)
 		if err != nil {
 			return err
 		}
@@ -102,7 +120,11 @@ func run(out io.Writer, dsn string, orders int) error {
 		if err != nil {
 			return err
 		}
-		agg.AddHandler(router, "aggregate-orders", "order.lines."+strconv.Itoa(i), pubSub)
+		sub, err := tr.subscriber()
+		if err != nil {
+			return err
+		}
+		agg.AddHandler(router, "aggregate-orders", tr.linesTopic(i), sub)
 		done := make(chan error, 1)
 		go func() { done <- router.Run(ctx) }()
 		defer func() { router.Close(); <-done }()
@@ -118,7 +140,7 @@ func run(out io.Writer, dsn string, orders int) error {
 			m.Metadata.Set("correlation_id", "order-"+strconv.Itoa(o))
 			m.Metadata.Set("sequence_number", strconv.Itoa(line))
 			m.Metadata.Set("sequence_size", "3")
-			if err := pubSub.Publish("order.lines."+strconv.Itoa(n%2), m); err != nil {
+			if err := tr.lines.Publish(tr.linesTopic(n%2), m); err != nil {
 				return err
 			}
 			n++
@@ -140,6 +162,92 @@ func run(out io.Writer, dsn string, orders int) error {
 		fmt.Fprintln(out, r)
 	}
 	return nil
+}
+
+// transport is where the lines come from and the orders go.
+type transport struct {
+	lines       message.Publisher                            // publishes the lines
+	linesTopic  func(instance int) string                    // where to send a line for an instance
+	subscriber  func() (message.Subscriber, error)           // an instance's subscriber of the lines
+	publisher   message.Publisher                            // the aggregators' publisher; nil with an outbox
+	outbox      func(*jdbc.GroupStore) (*jdbc.Outbox, error) // publishes the orders, if set
+	orders      message.Subscriber
+	ordersTopic string
+	close       func()
+}
+
+// goChannelTransport is one in-memory GoChannel. It hands every message to
+// every subscriber of a topic, so each instance gets a topic of its own.
+func goChannelTransport(logger watermill.LoggerAdapter) transport {
+	pubSub := gochannel.NewGoChannel(gochannel.Config{}, logger)
+	return transport{
+		lines:       pubSub,
+		linesTopic:  func(i int) string { return "order.lines." + strconv.Itoa(i) },
+		subscriber:  func() (message.Subscriber, error) { return pubSub, nil },
+		publisher:   pubSub,
+		orders:      pubSub,
+		ordersTopic: "orders",
+		close:       func() { pubSub.Close() },
+	}
+}
+
+// sqlTransport is watermill-sql on db: PostgreSQLQueueSchema lets both
+// instances consume one topic as competing consumers. The topics are this
+// run's own and dropped at the end.
+func sqlTransport(ctx context.Context, db *sql.DB, logger watermill.LoggerAdapter) (transport, error) {
+	schema := wsql.PostgreSQLQueueSchema{}
+	offsets := wsql.PostgreSQLQueueOffsetsAdapter{DeleteOnAck: true}
+	run := strings.ReplaceAll(watermill.NewShortUUID(), "-", "")
+	lines, orders := "lockreg_example_lines_"+run, "lockreg_example_orders_"+run
+	for _, topic := range []string{lines, orders} {
+		queries, err := schema.SchemaInitializingQueries(wsql.SchemaInitializingQueriesParams{Topic: topic})
+		if err != nil {
+			return transport{}, err
+		}
+		for _, q := range queries {
+			if _, err := db.ExecContext(ctx, q.Query, q.Args...); err != nil {
+				return transport{}, err
+			}
+		}
+	}
+	pub, err := wsql.NewPublisher(wsql.BeginnerFromStdSQL(db), wsql.PublisherConfig{SchemaAdapter: schema}, logger)
+	if err != nil {
+		return transport{}, err
+	}
+	var subs []message.Subscriber
+	subscriber := func() (message.Subscriber, error) {
+		s, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(db), wsql.SubscriberConfig{
+			SchemaAdapter: schema, OffsetsAdapter: offsets, PollInterval: 10 * time.Millisecond}, logger)
+		if err == nil {
+			subs = append(subs, s)
+		}
+		return s, err
+	}
+	ordersSub, err := subscriber()
+	if err != nil {
+		return transport{}, err
+	}
+	return transport{
+		lines:      pub,
+		linesTopic: func(int) string { return lines },
+		subscriber: subscriber,
+		outbox: func(store *jdbc.GroupStore) (*jdbc.Outbox, error) {
+			return jdbc.NewOutbox(store, func(tx *sql.Tx) (message.Publisher, error) {
+				return wsql.NewPublisher(wsql.TxFromStdSQL(tx), wsql.PublisherConfig{SchemaAdapter: schema}, logger)
+			})
+		},
+		orders:      ordersSub,
+		ordersTopic: orders,
+		close: func() {
+			for _, s := range subs {
+				s.Close()
+			}
+			pub.Close()
+			for _, topic := range []string{lines, orders} {
+				db.Exec(`DROP TABLE IF EXISTS ` + schema.MessagesTable(topic))
+			}
+		},
+	}, nil
 }
 
 func open(dsn string) (*sql.DB, error) {
