@@ -407,6 +407,79 @@ func TestHeldGroupLockEndsInLockTimeoutNotAHang(t *testing.T) {
 	}
 }
 
+func TestLockPrefixSeparatesAggregatorsOnOneRegistry(t *testing.T) {
+	locks := registry.NewLocal()
+	t.Cleanup(func() { locks.Close(context.Background()) })
+	a, rec := newAgg(t, aggregator.Config{Locks: locks, LockPrefix: "invoices:", LockTimeout: 20 * time.Millisecond})
+	l := locks.Obtain(aggregator.DefaultLockPrefix + "k") // another aggregator's group lock
+	l.Lock()
+	defer l.Unlock()
+	handle(t, a, part("k", 1, 1))
+	if len(rec.on("out")) != 1 {
+		t.Fatal("the group was not released")
+	}
+	held := locks.Obtain("invoices:k")
+	held.Lock()
+	defer held.Unlock()
+	if err := a.Handle(part("k2", 1, 1)); err != nil {
+		t.Fatalf("a lock under its prefix for another key blocked the aggregator: %v", err)
+	}
+	if err := a.Handle(part("k", 2, 2)); !errors.Is(err, aggregator.ErrLockTimeout) {
+		t.Errorf("Handle while its own group lock is held = %v, want ErrLockTimeout", err)
+	}
+}
+
+func TestCorrelationIsConfigurable(t *testing.T) {
+	a, rec := newAgg(t, aggregator.Config{Correlation: func(m *message.Message) string { return m.Metadata.Get("customer") }})
+	x, y := part("x", 1, 2), part("y", 2, 2) // different correlation ids, one customer
+	y.Metadata.Set("customer", x.Metadata.Get("customer"))
+	handle(t, a, x, y)
+	out := rec.on("out")
+	if len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2}]` {
+		t.Fatalf("outputs %v, want one group of both messages", out)
+	}
+	if got := out[0].Metadata.Get("correlation_id"); got != "c-x" {
+		t.Errorf("output correlation_id %q, want the group key %q", got, "c-x")
+	}
+}
+
+func TestOutputFunctionBuildsTheReleasedMessage(t *testing.T) {
+	a, rec := newAgg(t, aggregator.Config{Output: func(g aggregator.Group) (*message.Message, error) {
+		m := message.NewMessage("ignored", []byte(fmt.Sprintf("%s:%d", g.Key, len(g.Messages))))
+		m.Metadata.Set("kind", "total")
+		return m, nil
+	}})
+	handle(t, a, part("o", 1, 2), part("o", 2, 2))
+	out := rec.on("out")
+	if len(out) != 1 || string(out[0].Payload) != "o:2" || out[0].Metadata.Get("kind") != "total" {
+		t.Fatalf("outputs %v, want the output function's message", out)
+	}
+	if out[0].UUID == "ignored" {
+		t.Error("the output kept the function's UUID; it must be the deterministic output UUID")
+	}
+}
+
+func TestOutputFunctionErrorLeavesTheGroupForARetry(t *testing.T) {
+	broken := errors.New("cannot build")
+	fail := true
+	a, rec := newAgg(t, aggregator.Config{Output: func(g aggregator.Group) (*message.Message, error) {
+		if fail {
+			return nil, broken
+		}
+		return aggregator.DefaultOutput(g)
+	}})
+	handle(t, a, part("e", 1, 2))
+	last := part("e", 2, 2)
+	if err := a.Handle(last); !errors.Is(err, broken) {
+		t.Fatalf("Handle with a failing output function = %v, want its error", err)
+	}
+	fail = false
+	handle(t, a, last) // the redelivery
+	if out := rec.on("out"); len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2}]` {
+		t.Fatalf("outputs %v after the retry, want the group once", out)
+	}
+}
+
 func TestMessageWithoutCorrelationKeyIsAnError(t *testing.T) {
 	a, _ := newAgg(t, aggregator.Config{})
 	if err := a.Handle(message.NewMessage("x", nil)); !errors.Is(err, aggregator.ErrNoCorrelationKey) {
