@@ -65,7 +65,12 @@
 // messages (watermill-sql, Kafka, AMQP, NATS JetStream, GoChannel) nothing
 // is lost; with GoChannel the store must outlive a crash for that to mean
 // anything, which the in-memory store does not. Outputs are at least once
-// with any publisher.
+// with any publisher. One transport caveat, found by the cluster tests:
+// watermill-sql v4.1.2 with PostgreSQLQueueOffsetsAdapter{DeleteOnAck:
+// true} acks (deletes) a whole batch when its subscriber closes, or an ack
+// deadline passes, mid-batch, undelivered messages included; use
+// SubscribeBatchSize 1, keep Config.LockTimeout well below the ack
+// deadline, and close routers once they are idle.
 //
 // # Exactly once into a SQL topic
 //

@@ -11,9 +11,10 @@
 //
 // -dsn keeps the groups and locks in PostgreSQL (through pgx) or
 // MariaDB/MySQL instead. On PostgreSQL the transport is watermill-sql too:
-// both instances consume one topic of lines as competing consumers, and
-// each order is published by a jdbc.Outbox in the transaction that
-// completes its group, so it reaches the orders topic exactly once:
+// both instances subscribe to one topic of lines (watermill-sql's queue
+// schema hands each line to one of them), and each order is published by a
+// jdbc.Outbox in the transaction that completes its group, so it reaches
+// the orders topic exactly once:
 //
 //	go run ./examples/aggregator -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
 package main
@@ -191,11 +192,14 @@ func goChannelTransport(logger watermill.LoggerAdapter) transport {
 	}
 }
 
-// sqlTransport is watermill-sql on db: PostgreSQLQueueSchema lets both
-// instances consume one topic as competing consumers. The topics are this
-// run's own and dropped at the end.
+// sqlTransport is watermill-sql on db. PostgreSQLQueueSchema hands each
+// line to one subscriber; in watermill-sql v4.1.2 its subscribers take
+// turns (a plain FOR UPDATE on the batch). Batches of one message: when a
+// subscriber closes mid-batch, v4.1.2 acks, and so deletes, the whole
+// batch, delivered or not. The topics are this run's own and dropped at
+// the end.
 func sqlTransport(ctx context.Context, db *sql.DB, logger watermill.LoggerAdapter) (transport, error) {
-	schema := wsql.PostgreSQLQueueSchema{}
+	schema := wsql.PostgreSQLQueueSchema{SubscribeBatchSize: 1}
 	offsets := wsql.PostgreSQLQueueOffsetsAdapter{DeleteOnAck: true}
 	run := strings.ReplaceAll(watermill.NewShortUUID(), "-", "")
 	lines, orders := "lockreg_example_lines_"+run, "lockreg_example_orders_"+run
