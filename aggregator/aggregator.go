@@ -195,8 +195,9 @@ func (a *Aggregator) discard(ctx context.Context, key, reason string, msgs ...*m
 
 // RunTimeouts expires due groups until ctx is done, then returns nil. Every
 // PollInterval it claims due groups from the store and, for each, takes the
-// group lock (waiting at most PollInterval or LockTimeout, whichever is
-// shorter; a busy group is left to a later round), checks that the group
+// group lock (waiting up to LockTimeout, but at most a second or
+// PollInterval if that is longer; a busy group is left until its claim
+// lapses), checks that the group
 // has not changed since it fell due, and expires it: a kept completed group
 // is removed (MinimumTimeoutForEmptyGroups); a group the release strategy
 // accepts on expiry is released; otherwise a partial result is sent or the

@@ -130,8 +130,9 @@ func (q *Resequencer) apply(ctx context.Context, sg groupstore.Group, p plan, ex
 
 // RunTimeouts expires due groups until ctx is done, then returns nil. Every
 // PollInterval it claims due groups from the store and, for each, takes the
-// group lock (waiting at most PollInterval or LockTimeout, whichever is
-// shorter; a busy group is left to a later round), checks that the group
+// group lock (waiting up to LockTimeout, but at most a second or
+// PollInterval if that is longer; a busy group is left until its claim
+// lapses), checks that the group
 // has not changed since it fell due, and expires it: a kept complete group
 // is removed (MinimumTimeoutForEmptyGroups); otherwise its messages are
 // released in order, skipping gaps, or discarded

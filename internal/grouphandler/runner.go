@@ -38,6 +38,15 @@ func (c *Core) claimLease() time.Duration {
 	return 2*c.LockTimeout + c.PollInterval
 }
 
+// expireWait bounds the runner's wait for a group lock: LockTimeout, but at
+// most a second or PollInterval if that is longer. A group it gives up on
+// waits for its claim to lapse (claimLease), so the wait must outlast an
+// uncontended acquisition on a loaded database, not only a poll; the
+// bound keeps one busy group from holding up the rest of the batch.
+func (c *Core) expireWait() time.Duration {
+	return min(c.LockTimeout, max(c.PollInterval, time.Second))
+}
+
 // expireDue claims and expires due groups until none is left or ctx ends.
 func (c *Core) expireDue(ctx context.Context, expire func(context.Context, groupstore.Group) error) {
 	for ctx.Err() == nil {
@@ -59,13 +68,13 @@ func (c *Core) expireDue(ctx context.Context, expire func(context.Context, group
 	}
 }
 
-// Expire takes the lock of the claimed group, waiting at most PollInterval
-// or LockTimeout, whichever is shorter, and calls expire with the lock
+// Expire takes the lock of the claimed group, waiting at most expireWait,
+// and calls expire with the lock
 // context and the group, unless the group is busy (whoever holds it changes
 // it, or the claim lapses), gone, or changed since it fell due (its new due
 // time stands).
 func (c *Core) Expire(ctx context.Context, cl groupstore.Claim, expire func(context.Context, groupstore.Group) error) error {
-	lctx, unlock, err := c.Lock(ctx, cl.Key, min(c.LockTimeout, c.PollInterval))
+	lctx, unlock, err := c.Lock(ctx, cl.Key, c.expireWait())
 	if errors.Is(err, c.kind.ErrLockTimeout) {
 		return nil
 	}
