@@ -1,9 +1,10 @@
 // Command bench measures lockreg side by side with the protocols of Spring
 // Integration's JDBC lock registry, ShedLock and cirello.io/pglock, with
 // PostgreSQL advisory locks and with the floor of two round trips, on the
-// same local databases in one run. See docs/benchmarks.md.
+// same local databases in one run, and the throughput of lockreg's aggregator
+// and resequencer handlers in memory and on PostgreSQL. See docs/benchmarks.md.
 //
-//	cd bench && go run . [-quick] [-only a,b] [-scenarios s,t] [-json FILE] [-plot DIR]
+//	cd bench && go run . [-quick] [-only a,b] [-scenarios s,t] [-variants v,w] [-json FILE] [-plot DIR]
 package main
 
 import (
@@ -33,9 +34,23 @@ type config struct {
 	plotDir    string
 	pgDB       string
 	verbose    bool
+
+	// The aggregator and resequencer scenarios.
+	variants    []string
+	memWorkers  int  // memory: worker goroutines
+	pg1Workers  int  // postgres-1: worker goroutines
+	pg4Workers  int  // postgres-4: worker goroutines per instance
+	groupPool   int  // PostgreSQL: MaxOpen = MaxIdle per instance; 0: the instance's workers
+	groupListen bool // PostgreSQL: jdbc.WithListener(pgxlisten.New(db))
+	groupWindow int  // groups per shuffled block of the feed
 }
 
-var allScenarios = []string{"uncontended", "parallel", "contended", "safety", "cache"}
+// lockScenarios run per lock contestant; the group scenarios (groups.go)
+// run per group variant.
+var (
+	lockScenarios = []string{"uncontended", "parallel", "contended", "safety", "cache"}
+	allScenarios  = append(slices.Clone(lockScenarios), groupScenarios...)
+)
 
 func main() {
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
@@ -68,6 +83,13 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs.StringVar(&cfg.plotDir, "plot", "", "write SVG charts to `DIR`")
 	fs.StringVar(&cfg.pgDB, "pgdb", "lockreg_bench", "PostgreSQL database of the benchmark, created if missing on the server of LOCKREG_POSTGRES_DSN, so that its statistics count only the benchmark (\"\" = the DSN's own)")
 	fs.BoolVar(&cfg.verbose, "v", false, "log every contestant error")
+	variants := fs.String("variants", "", "aggregator, resequencer: comma-separated variants (default all): "+strings.Join(variantNames(), ","))
+	fs.IntVar(&cfg.memWorkers, "memory-workers", 8, "aggregator, resequencer: worker goroutines of the memory variant")
+	fs.IntVar(&cfg.pg1Workers, "pg1-workers", 16, "aggregator, resequencer: worker goroutines of the postgres-1 variant")
+	fs.IntVar(&cfg.pg4Workers, "pg4-workers", 4, "aggregator, resequencer: worker goroutines per instance of the postgres-4 variant")
+	fs.IntVar(&cfg.groupPool, "group-pool", 0, "aggregator, resequencer: pool size (MaxOpen = MaxIdle) per PostgreSQL instance (0: its workers)")
+	fs.IntVar(&cfg.groupWindow, "group-window", 200, "aggregator, resequencer: the feed is shuffled in blocks of this many groups")
+	fs.BoolVar(&cfg.groupListen, "group-listen", true, "aggregator, resequencer: lock repositories with jdbc.WithListener(pgxlisten.New(db))")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -96,8 +118,12 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 		fmt.Fprintln(errOut, "bench: -scenarios:", err)
 		return cfg, err
 	}
-	if cfg.instances < 2 || cfg.goroutines < 1 || cfg.cacheKeys < 1 {
-		fmt.Fprintln(errOut, "bench: -instances must be ≥ 2, -goroutines and -cache-keys ≥ 1")
+	if cfg.variants, err = list(*variants, variantNames()); err != nil {
+		fmt.Fprintln(errOut, "bench: -variants:", err)
+		return cfg, err
+	}
+	if cfg.instances < 2 || cfg.goroutines < 1 || cfg.cacheKeys < 1 || cfg.memWorkers < 1 || cfg.pg1Workers < 1 || cfg.pg4Workers < 1 || cfg.groupPool < 0 || cfg.groupWindow < 1 {
+		fmt.Fprintln(errOut, "bench: -instances must be ≥ 2; -goroutines, -cache-keys, -memory-workers, -pg1-workers, -pg4-workers and -group-window ≥ 1, -group-pool ≥ 0")
 		return cfg, errors.New("usage")
 	}
 	return cfg, nil
@@ -196,6 +222,22 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 				}
 				add(r)
 			}
+		}
+	}
+
+	for _, s := range groupScenarios {
+		if !want(s) {
+			continue
+		}
+		for _, v := range groupVariants {
+			if !slices.Contains(cfg.variants, v.name) {
+				continue
+			}
+			r, err := groupRun(ctx, e, s, v, cfg)
+			if err != nil {
+				r.Skipped = "failed: " + err.Error()
+			}
+			add(r)
 		}
 	}
 

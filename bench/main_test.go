@@ -11,6 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/lockreg/lockreg/resequencer"
 )
 
 // runJSON runs the benchmark with args and returns its JSON records.
@@ -78,6 +82,21 @@ func checkRecords(t *testing.T, recs []map[string]any, contestants, scenarios []
 				if v, ok := r["bytes_per_lock"].(float64); !ok || v <= 0 {
 					t.Errorf("%s/%s: bytes_per_lock = %v", s, c, r["bytes_per_lock"])
 				}
+			case "aggregator", "resequencer":
+				if v, ok := r["violations"].(float64); !ok || v != 0 {
+					t.Errorf("%s/%s: violations = %v, want a written 0", s, c, r["violations"])
+				}
+				for _, k := range []string{"msgs_per_sec", "handle_p50_us", "handle_p99_us"} {
+					if v, ok := r[k].(float64); !ok || v <= 0 {
+						t.Errorf("%s/%s: %s = %v", s, c, k, r[k])
+					}
+				}
+				if v, ok := r["groups_completed"].(float64); !ok || v <= 0 {
+					t.Errorf("%s/%s: groups_completed = %v: nothing checked", s, c, r["groups_completed"])
+				}
+				if out, want := r["outputs"], r["expected_outputs"]; out == nil || out != want {
+					t.Errorf("%s/%s: outputs %v, expected %v", s, c, out, want)
+				}
 			}
 		}
 	}
@@ -85,12 +104,13 @@ func checkRecords(t *testing.T, recs []map[string]any, contestants, scenarios []
 
 // TestQuickSQLite needs no server.
 func TestQuickSQLite(t *testing.T) {
-	recs := runJSON(t, "-quick", "-duration", "300ms", "-warmup", "50ms", "-cache-keys", "2000", "-only", "lockreg-sqlite")
-	checkRecords(t, recs, []string{"lockreg-sqlite"}, allScenarios)
+	recs := runJSON(t, "-quick", "-duration", "300ms", "-warmup", "50ms", "-cache-keys", "2000", "-only", "lockreg-sqlite",
+		"-scenarios", strings.Join(lockScenarios, ","))
+	checkRecords(t, recs, []string{"lockreg-sqlite"}, lockScenarios)
 }
 
-// TestQuickPostgres runs one lockreg and one peer contestant on PostgreSQL.
-func TestQuickPostgres(t *testing.T) {
+// postgresReachable returns why PostgreSQL cannot be used, or "".
+func postgresReachable() string {
 	dsn := envOr("LOCKREG_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	db, err := sql.Open("pgx", dsn)
 	if err == nil {
@@ -100,12 +120,26 @@ func TestQuickPostgres(t *testing.T) {
 		db.Close()
 	}
 	if err != nil {
-		msg := "PostgreSQL unreachable at " + dsn + " (set LOCKREG_POSTGRES_DSN): " + err.Error()
+		return "PostgreSQL unreachable at " + dsn + " (set LOCKREG_POSTGRES_DSN): " + err.Error()
+	}
+	return ""
+}
+
+// skipWithoutPostgres skips t when PostgreSQL is unreachable, and fails it
+// instead when CI=true.
+func skipWithoutPostgres(t *testing.T) {
+	t.Helper()
+	if msg := postgresReachable(); msg != "" {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg) // the server is unreachable
 	}
+}
+
+// TestQuickPostgres runs one lockreg and one peer contestant on PostgreSQL.
+func TestQuickPostgres(t *testing.T) {
+	skipWithoutPostgres(t)
 	recs := runJSON(t, "-quick", "-duration", "300ms", "-warmup", "50ms", "-cache-keys", "2000",
 		"-only", "lockreg-pgx,shedlock", "-scenarios", "uncontended,contended,safety")
 	checkRecords(t, recs, []string{"lockreg-pgx", "shedlock"}, []string{"uncontended", "contended", "safety"})
@@ -118,6 +152,55 @@ func TestQuickPostgres(t *testing.T) {
 	}
 }
 
+// TestQuickGroups runs the aggregator and resequencer scenarios briefly, in
+// memory and, when PostgreSQL is reachable, with 4 instances on it; small
+// shuffle blocks make groups complete within the short window, so that the
+// outputs are checked. A violation fails it.
+func TestQuickGroups(t *testing.T) {
+	variants := []string{"memory"}
+	if msg := postgresReachable(); msg == "" {
+		variants = append(variants, "postgres-4")
+	} else if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	} else {
+		t.Log("postgres-4 left out: " + msg)
+	}
+	recs := runJSON(t, "-duration", "300ms", "-warmup", "100ms", "-group-window", "5",
+		"-scenarios", strings.Join(groupScenarios, ","), "-variants", strings.Join(variants, ","))
+	checkRecords(t, recs, variants, groupScenarios)
+	for _, r := range recs {
+		if r["contestant"] == "postgres-4" {
+			if v, ok := r["server_per_op"].(float64); !ok || v < 2 {
+				t.Errorf("%v/postgres-4: server_per_op = %v, want ≥ 2 transactions per message", r["scenario"], r["server_per_op"])
+			}
+		}
+	}
+}
+
+// TestCountingPub checks that the output checks catch what they are for.
+func TestCountingPub(t *testing.T) {
+	p := &countingPub{scenario: "resequencer", prefix: "k/", states: make([]groupState, 2)}
+	msg := func(g, seq string) *message.Message {
+		m := message.NewMessage(g+seq, nil)
+		m.Metadata.Set(resequencer.CorrelationIDKey, "k/"+g)
+		m.Metadata.Set(resequencer.SequenceNumberKey, seq)
+		return m
+	}
+	p.Publish("out", msg("0", "1"), msg("0", "3"), msg("0", "2"), msg("0", "2"), msg("1", "1"), msg("x", "1"))
+	if d := p.states[0].disorder.Load(); d != 1 {
+		t.Errorf("disorder = %d, want 1 (3 before 2)", d)
+	}
+	if d := p.states[0].dups.Load(); d != 1 {
+		t.Errorf("dups = %d, want 1 (2 twice)", d)
+	}
+	if o := p.states[1].outputs.Load(); o != 1 || p.states[1].disorder.Load() != 0 {
+		t.Errorf("group 1: outputs %d, disorder %d", o, p.states[1].disorder.Load())
+	}
+	if f := p.foreign.Load(); f != 1 {
+		t.Errorf("foreign = %d, want 1", f)
+	}
+}
+
 func TestFlags(t *testing.T) {
 	if _, err := parseFlags([]string{"-only", "nope"}, io.Discard); err == nil {
 		t.Error("-only nope accepted")
@@ -125,8 +208,12 @@ func TestFlags(t *testing.T) {
 	if _, err := parseFlags([]string{"-scenarios", "nope"}, io.Discard); err == nil {
 		t.Error("-scenarios nope accepted")
 	}
+	if _, err := parseFlags([]string{"-variants", "nope"}, io.Discard); err == nil {
+		t.Error("-variants nope accepted")
+	}
 	cfg, err := parseFlags([]string{"-quick"}, io.Discard)
-	if err != nil || cfg.duration != time.Second || len(cfg.only) != len(contestants) {
+	if err != nil || cfg.duration != time.Second || len(cfg.only) != len(contestants) ||
+		len(cfg.scenarios) != len(allScenarios) || len(cfg.variants) != len(groupVariants) {
 		t.Errorf("-quick: %+v, %v", cfg, err)
 	}
 }

@@ -36,6 +36,9 @@ func brief(r result) string {
 		return f(r.NsPerOp, 0) + " ns/op, " + f(r.BytesPerOp, 0) + " B/lock"
 	case r.Scenario == "contended":
 		return f(r.OpsPerSec, 0) + " acq/s, hand-off p50 " + f(r.HandP50ms, 2) + " ms, fairness " + f(r.Fairness, 2)
+	case r.Scenario == "aggregator" || r.Scenario == "resequencer":
+		return f(r.MsgsPerSec, 0) + " msgs/s, Handle p50 " + f(r.HandleP50us, 0) + " µs, p99 " + f(r.HandleP99us, 0) +
+			" µs, server tx/msg " + f(r.ServerPerOp, 2) + ", retries " + i64(r.HandleRetries) + ", violations " + i64(r.Violations)
 	}
 	return f(r.OpsPerSec, 0) + " ops/s"
 }
@@ -49,8 +52,10 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 	if cfg.quick {
 		mode = "-quick"
 	}
-	fmt.Fprintf(w, "| Run | %s: %v warm-up + %v measured per scenario and contestant; pools MaxOpen = MaxIdle = 4 per instance (%d in parallel); contended: %d instances, hold %v; whole run %v |\n\n",
-		mode, cfg.warmup, cfg.duration, cfg.goroutines, cfg.instances, cfg.hold, took.Round(time.Second))
+	fmt.Fprintf(w, "| Run | %s: %v warm-up + %v measured per scenario and contestant; pools MaxOpen = MaxIdle = 4 per instance (%d in parallel); contended: %d instances, hold %v; "+
+		"aggregator, resequencer: workers memory %d, postgres-1 %d, postgres-4 %d per instance, pool %s per instance, listener %v, shuffle blocks of %d groups; whole run %v |\n\n",
+		mode, cfg.warmup, cfg.duration, cfg.goroutines, cfg.instances, cfg.hold,
+		cfg.memWorkers, cfg.pg1Workers, cfg.pg4Workers, poolDesc(cfg.groupPool), cfg.groupListen, cfg.groupWindow, took.Round(time.Second))
 
 	section := func(s, title, header string, row func(r result) string) {
 		var rows []string
@@ -107,9 +112,38 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 	section("cache", fmt.Sprintf("cache: Obtain on %d distinct keys", cfg.cacheKeys),
 		"| contestant | ns/op | bytes per cached idle lock |",
 		func(r result) string { return f(r.NsPerOp, 0) + " | " + f(r.BytesPerOp, 0) })
+	groupRow := func(r result) string {
+		shape := i64(r.Instances) + " × " + i64(r.Workers)
+		if r.Pool != nil {
+			shape += ", pool " + i64(r.Pool)
+		}
+		if r.Listen != nil && *r.Listen {
+			shape += ", listen"
+		}
+		rate := f(r.MsgsPerSec, 0)
+		if r.FeedRanOut {
+			rate += " (feed ran out)"
+		}
+		return strings.Join([]string{shape, rate, f(r.HandleP50us, 0) + " / " + f(r.HandleP99us, 0),
+			i64(r.Outputs) + " / " + i64(r.ExpectedOutputs), i64(r.GroupsCompleted), i64(r.HandleRetries), i64(r.Errors),
+			f(r.StmtsPerOp, 2), f(r.ServerPerOp, 2), i64(r.Violations)}, " | ")
+	}
+	groupHeader := "| variant | instances × workers | msgs/s | Handle p50 / p99 µs | outputs / expected | groups completed | retries | errors | stmts/msg (client) | server/msg | violations |"
+	section("aggregator", fmt.Sprintf("aggregator: groups of %d messages shuffled in blocks of %d groups, Handle called directly", groupSize, cfg.groupWindow),
+		groupHeader, groupRow)
+	section("resequencer", fmt.Sprintf("resequencer: groups of %d messages shuffled in blocks of %d groups, Handle called directly (ReleasePartialSequences %v)", groupSize, cfg.groupWindow, reseqPartial),
+		groupHeader, groupRow)
 	fmt.Fprintln(w, "hand-off: time from a release call returning to the next acquisition by a different instance; \"early\" hand-offs returned before that release call did and count as 0.")
 	fmt.Fprintln(w, "stmts (client): statements sent, counted by a pgx tracer (BEGIN/COMMIT included); – where the driver is not traced.")
 	fmt.Fprintln(w, "server: PostgreSQL transactions (pg_stat_database xact_commit+xact_rollback of the benchmark database) or MariaDB Com_* statements, per operation over the instances' whole life, warm-up included.")
+	fmt.Fprintln(w, "aggregator, resequencer: outputs are aggregated messages (one per completed group) or resequenced messages; expected = one per completed group, or the messages of completed groups; retries = Handle calls that returned an error (requeued), from the measured window on; errors = errors the handlers and registries logged; violations = missing, extra, duplicate or out-of-order outputs, discards and messages never handled.")
+}
+
+func poolDesc(n int) string {
+	if n == 0 {
+		return "= workers"
+	}
+	return fmt.Sprint(n)
 }
 
 // ---- SVG ----
@@ -117,7 +151,7 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"}
 
 func colorOf(name string) string {
-	for i, n := range names() {
+	for i, n := range append(names(), variantNames()...) {
 		if n == name {
 			return palette[i%len(palette)]
 		}
@@ -133,6 +167,8 @@ func writePlots(dir string, rs []result) error {
 		{"uncontended", "uncontended: acquire+release cycles/s (1 goroutine, 1 key)", "cycles/s"},
 		{"parallel", "parallel: total cycles/s (16 goroutines, distinct keys)", "cycles/s"},
 		{"contended", "contended: acquisitions/s (4 instances, 1 key, hold 1 ms)", "acq/s"},
+		{"aggregator", "aggregator: messages/s through Handle (groups of 10)", "msgs/s"},
+		{"resequencer", "resequencer: messages/s through Handle (groups of 10)", "msgs/s"},
 	} {
 		var bars []result
 		for _, r := range rs {

@@ -50,6 +50,24 @@ type result struct {
 	NsPerOp     *float64 `json:"ns_per_op,omitempty"`
 	BytesPerOp  *float64 `json:"bytes_per_lock,omitempty"`
 
+	// The aggregator and resequencer scenarios (groups.go). OpsPerSec is
+	// also set to MsgsPerSec; StmtsPerOp and ServerPerOp are per message.
+	MsgsPerSec      *float64 `json:"msgs_per_sec,omitempty"`
+	HandleP50us     *float64 `json:"handle_p50_us,omitempty"`
+	HandleP99us     *float64 `json:"handle_p99_us,omitempty"`
+	Instances       *int64   `json:"instances,omitempty"`
+	Workers         *int64   `json:"workers_per_instance,omitempty"`
+	Pool            *int64   `json:"pool_per_instance,omitempty"`
+	Listen          *bool    `json:"listen,omitempty"`
+	Messages        *int64   `json:"messages_handled,omitempty"` // whole life, warm-up included
+	GroupsCompleted *int64   `json:"groups_completed,omitempty"`
+	Outputs         *int64   `json:"outputs,omitempty"`
+	ExpectedOutputs *int64   `json:"expected_outputs,omitempty"`
+	// HandleRetries counts Handle calls that returned an error, from the
+	// measured window on; their messages were requeued.
+	HandleRetries *int64 `json:"handle_retries,omitempty"`
+	FeedRanOut    bool   `json:"feed_ran_out,omitempty"`
+
 	handoffs []time.Duration // sorted cross-instance hand-offs, for the plot
 }
 

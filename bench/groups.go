@@ -1,0 +1,606 @@
+package main
+
+// The aggregator and resequencer scenarios: messages/s through the handlers'
+// Handle, for lockreg only, in memory and on PostgreSQL. See "aggregator and
+// resequencer" in docs/benchmarks.md.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/bits"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+
+	"github.com/lockreg/lockreg/aggregator"
+	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/jdbc"
+	"github.com/lockreg/lockreg/jdbc/pgxlisten"
+	"github.com/lockreg/lockreg/registry"
+	"github.com/lockreg/lockreg/resequencer"
+)
+
+// groupScenarios are the handler scenarios; they run the group variants,
+// not the lock contestants.
+var groupScenarios = []string{"aggregator", "resequencer"}
+
+const (
+	groupSize   = 10 // messages per group: sequence_number 1..10, sequence_size 10
+	groupRegion = "bench-group"
+	// fullGroup has bits 1..groupSize set: every message of a group.
+	fullGroup = uint32(1<<(groupSize+1) - 2)
+	// maxFeedGroups bounds the groups built for one measured window.
+	maxFeedGroups = 200_000
+	// reseqPartial is the resequencer's ReleasePartialSequences in the
+	// benchmark: false, the default, releases each group whole.
+	reseqPartial = false
+	// drainFor bounds the handling of requeued messages after a phase.
+	drainFor = 15 * time.Second
+)
+
+// A groupVariant is one deployment of the handlers under test.
+type groupVariant struct {
+	name      string
+	server    string // "memory" or "postgres"
+	instances int
+	// guess is the expected rate in messages/s, only to size the warm-up
+	// feed; the measured feed is sized from the warm-up's rate.
+	guess float64
+}
+
+var groupVariants = []groupVariant{
+	{name: "memory", server: "memory", instances: 1, guess: 150_000},
+	{name: "postgres-1", server: "postgres", instances: 1, guess: 5_000},
+	{name: "postgres-4", server: "postgres", instances: 4, guess: 5_000},
+}
+
+func variantNames() []string {
+	var n []string
+	for _, v := range groupVariants {
+		n = append(n, v.name)
+	}
+	return n
+}
+
+// workers returns the worker goroutines per instance and the pool size per
+// instance of v (0 in memory).
+func (v groupVariant) workers(cfg config) (workers, pool int) {
+	switch v.name {
+	case "memory":
+		return cfg.memWorkers, 0
+	case "postgres-1":
+		workers = cfg.pg1Workers
+	default:
+		workers = cfg.pg4Workers
+	}
+	if pool = cfg.groupPool; pool == 0 {
+		pool = workers
+	}
+	return workers, pool
+}
+
+// item is one message of the feed and the index of its group.
+type item struct {
+	msg   *message.Message
+	group int
+	seq   int
+}
+
+// buildFeed builds groups [first, first+n) of 10 messages each, shuffled
+// within blocks of window groups so that groups interleave.
+func buildFeed(prefix string, first, n, window int, rng *rand.Rand) []item {
+	out := make([]item, 0, n*groupSize)
+	for b := first; b < first+n; b += window {
+		start := len(out)
+		for g := b; g < min(b+window, first+n); g++ {
+			key := prefix + strconv.Itoa(g)
+			for s := 1; s <= groupSize; s++ {
+				m := message.NewMessage(uuid.NewString(), []byte(`{"g":`+strconv.Itoa(g)+`,"s":`+strconv.Itoa(s)+`}`))
+				m.Metadata.Set(aggregator.CorrelationIDKey, key)
+				m.Metadata.Set(aggregator.SequenceNumberKey, strconv.Itoa(s))
+				m.Metadata.Set(aggregator.SequenceSizeKey, strconv.Itoa(groupSize))
+				out = append(out, item{msg: m, group: g, seq: s})
+			}
+		}
+		block := out[start:]
+		rng.Shuffle(len(block), func(i, j int) { block[i], block[j] = block[j], block[i] })
+	}
+	return out
+}
+
+// groupState is what the benchmark saw of one group.
+type groupState struct {
+	handled   atomic.Uint32 // bit s: Handle of sequence number s returned nil
+	published atomic.Uint32 // resequencer: bit s: sequence number s was published
+	outputs   atomic.Int32  // aggregator: outputs; resequencer: messages published
+	disorder  atomic.Int32  // resequencer: a number published before a smaller one
+	dups      atomic.Int32  // resequencer: a number published twice
+}
+
+// countingPub is the handlers' publisher: it counts outputs per group and
+// checks the resequencer's order.
+type countingPub struct {
+	scenario string
+	prefix   string
+	states   []groupState
+	total    atomic.Int64
+	foreign  atomic.Int64 // outputs of no known group
+}
+
+func (p *countingPub) group(m *message.Message) *groupState {
+	k := m.Metadata.Get(aggregator.CorrelationIDKey)
+	if !strings.HasPrefix(k, p.prefix) {
+		return nil
+	}
+	g, err := strconv.Atoi(k[len(p.prefix):])
+	if err != nil || g < 0 || g >= len(p.states) {
+		return nil
+	}
+	return &p.states[g]
+}
+
+func (p *countingPub) Publish(_ string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		p.total.Add(1)
+		st := p.group(m)
+		if st == nil {
+			p.foreign.Add(1)
+			continue
+		}
+		st.outputs.Add(1)
+		if p.scenario != "resequencer" {
+			continue
+		}
+		s, err := strconv.Atoi(m.Metadata.Get(resequencer.SequenceNumberKey))
+		if err != nil || s < 1 || s > groupSize {
+			p.foreign.Add(1)
+			continue
+		}
+		bit := uint32(1) << s
+		prev := st.published.Or(bit)
+		switch {
+		case prev&bit != 0:
+			st.dups.Add(1)
+		case prev&(bit-2) != bit-2: // not every smaller number was published
+			st.disorder.Add(1)
+		}
+	}
+	return nil
+}
+
+func (p *countingPub) Close() error { return nil }
+
+// discardPub counts discarded messages: none are expected.
+type discardPub struct{ n atomic.Int64 }
+
+func (p *discardPub) Publish(_ string, msgs ...*message.Message) error {
+	p.n.Add(int64(len(msgs)))
+	return nil
+}
+func (p *discardPub) Close() error { return nil }
+
+// benchLogger counts and reports the handlers' errors and drops the rest.
+type benchLogger struct {
+	e    *env
+	name string
+	errs *atomic.Int64
+}
+
+func (l benchLogger) Error(msg string, err error, f watermill.LogFields) {
+	l.errs.Add(1)
+	l.e.logf("%s: %s: %v %v", l.name, msg, err, f)
+}
+func (benchLogger) Info(string, watermill.LogFields)                   {}
+func (benchLogger) Debug(string, watermill.LogFields)                  {}
+func (benchLogger) Trace(string, watermill.LogFields)                  {}
+func (l benchLogger) With(watermill.LogFields) watermill.LoggerAdapter { return l }
+
+// groupInst is one instance: its pool, lock registry, store and handler.
+type groupInst struct {
+	db     *sql.DB
+	c      *counter
+	reg    *registry.Registry
+	handle func(*message.Message) error
+}
+
+func (i *groupInst) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := i.reg.Close(ctx)
+	if i.db != nil {
+		err = errors.Join(err, i.db.Close())
+	}
+	return err
+}
+
+func openGroupInst(e *env, scenario string, v groupVariant, cfg config, pub, disc message.Publisher, errs *atomic.Int64) (*groupInst, error) {
+	in := &groupInst{}
+	var store groupstore.Store
+	logger := benchLogger{e: e, name: scenario + "/" + v.name, errs: errs}
+	if v.server == "memory" {
+		store, in.reg = groupstore.NewMemory(), registry.NewLocal()
+	} else {
+		_, pool := v.workers(cfg)
+		db, c, err := openPgx(e.pgDSN, pool)
+		if err != nil {
+			return nil, err
+		}
+		in.db, in.c = db, c
+		repoOpts := []jdbc.Option{jdbc.WithPrefix(lockregPrefix), jdbc.WithRegion(groupRegion), jdbc.WithClientID(uuid.NewString())}
+		if cfg.groupListen {
+			repoOpts = append(repoOpts, jdbc.WithListener(pgxlisten.New(db)))
+		}
+		repo, err := jdbc.NewLockRepository(db, repoOpts...)
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		in.reg = registry.New(repo, registry.WithErrorHandler(func(key string, err error) {
+			errs.Add(1)
+			e.logf("%s/%s: lock %s: %v", scenario, v.name, key, err)
+		}))
+		gs, err := jdbc.NewGroupStore(db, jdbc.WithPrefix(lockregPrefix), jdbc.WithRegion(groupRegion))
+		if err != nil {
+			in.close()
+			return nil, err
+		}
+		store = gs
+	}
+	switch scenario {
+	case "aggregator":
+		a, err := aggregator.New(aggregator.Config{Publisher: pub, OutputTopic: "bench.aggregated", Store: store, Locks: in.reg,
+			DiscardPublisher: disc, DiscardTopic: "bench.discarded", Logger: logger})
+		if err != nil {
+			in.close()
+			return nil, err
+		}
+		in.handle = a.Handle
+	case "resequencer":
+		r, err := resequencer.New(resequencer.Config{Publisher: pub, OutputTopic: "bench.ordered", Store: store, Locks: in.reg,
+			ReleasePartialSequences: reseqPartial, DiscardPublisher: disc, DiscardTopic: "bench.discarded", Logger: logger})
+		if err != nil {
+			in.close()
+			return nil, err
+		}
+		in.handle = r.Handle
+	default:
+		return nil, fmt.Errorf("unknown scenario %q", scenario)
+	}
+	return in, nil
+}
+
+// resetGroups empties the group and lock tables of the benchmark's
+// PostgreSQL database, vacuums them and takes a checkpoint.
+func (e *env) resetGroups(ctx context.Context) error {
+	db, _, err := openPgx(e.pgDSN, 1)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var t []string
+	for _, s := range []string{"GROUP", "GROUP_MESSAGE", "LOCK", "LOCK_WAIT"} {
+		t = append(t, strings.ToLower(lockregPrefix+s))
+	}
+	tables := strings.Join(t, ", ")
+	for _, q := range []string{"TRUNCATE " + tables, "VACUUM (ANALYZE) " + tables, "CHECKPOINT"} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	return nil
+}
+
+// phaseStats is what one phase of a group run counted.
+type phaseStats struct {
+	ok      int64           // Handle calls that returned nil, counted until the phase stopped
+	lat     []time.Duration // every Handle call's latency (measured phase)
+	elapsed time.Duration
+	dry     bool // the feed ran out before the phase's time
+}
+
+// groupRunner runs the workers of all instances on one shared feed.
+type groupRunner struct {
+	e        *env
+	name     string
+	insts    []*groupInst
+	workers  int
+	states   []groupState
+	retry    chan item
+	total    atomic.Int64 // successful Handle calls over the whole life
+	failures atomic.Int64 // failed Handle calls over the whole life
+	ctx      context.Context
+}
+
+// handle runs one Handle call and books its outcome.
+func (r *groupRunner) handle(in *groupInst, it item) (time.Duration, error) {
+	it.msg.SetContext(r.ctx)
+	t0 := time.Now()
+	err := in.handle(it.msg)
+	d := time.Since(t0)
+	if err != nil {
+		r.failures.Add(1)
+		return d, err
+	}
+	r.total.Add(1)
+	r.states[it.group].handled.Or(1 << it.seq)
+	return d, nil
+}
+
+// phase feeds the items (after any carried over) to the workers until d has
+// passed or the feed is empty, then stops taking new ones and waits for the
+// calls in flight. It returns the items not taken.
+func (r *groupRunner) phase(items []item, d time.Duration, record bool) (phaseStats, []item) {
+	feed := make(chan item, len(items))
+	for _, it := range items {
+		feed <- it
+	}
+	close(feed)
+	var (
+		stop    = make(chan struct{})
+		stopped atomic.Bool
+		dry     = make(chan struct{})
+		dryOnce sync.Once
+		ok      atomic.Int64
+		mu      sync.Mutex
+		lat     []time.Duration
+		wg      sync.WaitGroup
+	)
+	for _, in := range r.insts {
+		for range r.workers {
+			wg.Go(func() {
+				var mine []time.Duration
+				defer func() {
+					mu.Lock()
+					lat = append(lat, mine...)
+					mu.Unlock()
+				}()
+				for !stopped.Load() {
+					var it item
+					select {
+					case it = <-r.retry:
+					default:
+						var more bool
+						select {
+						case it = <-r.retry:
+						case it, more = <-feed:
+							if !more {
+								dryOnce.Do(func() { close(dry) })
+								return
+							}
+						case <-stop:
+							return
+						}
+					}
+					d, err := r.handle(in, it)
+					if record {
+						mine = append(mine, d)
+					}
+					if stopped.Load() {
+						if err != nil {
+							r.retry <- it
+						}
+						return
+					}
+					if err != nil {
+						r.e.logf("%s: Handle: %v", r.name, err)
+						r.retry <- it
+					} else {
+						ok.Add(1)
+					}
+				}
+			})
+		}
+	}
+	start := time.Now()
+	t := time.NewTimer(d)
+	var st phaseStats
+	select {
+	case <-t.C:
+	case <-dry:
+		st.dry = true
+	}
+	t.Stop()
+	st.ok = ok.Load()
+	st.elapsed = time.Since(start)
+	stopped.Store(true)
+	close(stop)
+	wg.Wait()
+	st.lat = lat
+	var rest []item
+	for it := range feed {
+		rest = append(rest, it)
+	}
+	return st, rest
+}
+
+// drain handles the requeued messages until each has succeeded, or for at
+// most drainFor; it returns the calls that failed and the messages left.
+func (r *groupRunner) drain() (failed int64, left int) {
+	deadline := time.Now().Add(drainFor)
+	for len(r.retry) > 0 && time.Now().Before(deadline) {
+		it := <-r.retry
+		if _, err := r.handle(r.insts[it.group%len(r.insts)], it); err != nil {
+			failed++
+			r.e.logf("%s: Handle (drain): %v", r.name, err)
+			r.retry <- it
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return failed, len(r.retry)
+}
+
+// groupRun runs scenario ("aggregator" or "resequencer") for variant v.
+func groupRun(ctx context.Context, e *env, scenario string, v groupVariant, cfg config) (result, error) {
+	res := result{Scenario: scenario, Contestant: v.name}
+	if v.server == "postgres" && e.pgErr != nil {
+		res.Skipped = e.pgErr.Error()
+		return res, nil
+	}
+	workers, pool := v.workers(cfg)
+	c := contestant{name: v.name, server: v.server}
+	if v.server == "postgres" {
+		if err := e.resetGroups(ctx); err != nil {
+			return res, fmt.Errorf("reset: %w", err)
+		}
+		e.waitIdle(ctx, c)
+	}
+	s0, counted, err := e.serverCount(ctx, c)
+	if err != nil {
+		return res, err
+	}
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	prefix := "bench/" + scenario + "/" + v.name + "/" + strconv.FormatInt(time.Now().UnixNano(), 36) + "/"
+	w := cfg.groupWindow
+	warmGroups := roundBlocks(int(v.guess*cfg.warmup.Seconds()*1.5/groupSize), w)
+	pub := &countingPub{scenario: scenario, prefix: prefix, states: make([]groupState, warmGroups+maxFeedGroups+w)}
+	disc := &discardPub{}
+	var logged atomic.Int64
+	r := &groupRunner{e: e, name: scenario + "/" + v.name, workers: workers, states: pub.states,
+		retry: make(chan item, 1<<16), ctx: ctx}
+	defer func() {
+		for _, in := range r.insts {
+			if err := in.close(); err != nil {
+				e.logf("%s: close: %v", r.name, err)
+			}
+		}
+	}()
+	for range v.instances {
+		in, err := openGroupInst(e, scenario, v, cfg, pub, disc, &logged)
+		if err != nil {
+			return res, err
+		}
+		r.insts = append(r.insts, in)
+	}
+	stmts := func() int64 {
+		var n int64
+		for _, in := range r.insts {
+			if in.c == nil {
+				return -1
+			}
+			n += in.c.n.Load()
+		}
+		return n
+	}
+
+	// Warm-up, on a feed sized by a guess of the rate; it also measures the
+	// rate that sizes the measured feed, built before the clock starts.
+	warm, rest := r.phase(buildFeed(prefix, 0, warmGroups, w, rng), cfg.warmup, false)
+	r.drain()
+	rate := float64(warm.ok) / warm.elapsed.Seconds()
+	n := roundBlocks(min(int(rate*cfg.duration.Seconds()*2/groupSize), maxFeedGroups), w)
+	feed := append(rest, buildFeed(prefix, warmGroups, n, w, rng)...)
+	m0, f0 := stmts(), r.failures.Load()
+	meas, _ := r.phase(feed, cfg.duration, true)
+	m1 := stmts()
+	_, left := r.drain()
+	if meas.dry {
+		e.logf("%s: the feed of %d messages ran out after %v (warm-up rate %.0f/s)", r.name, len(feed), meas.elapsed, rate)
+	}
+	retried := r.failures.Load() - f0 // failed calls from the measured phase on, drain included
+
+	// Close the instances so that PostgreSQL flushes its statistics.
+	for _, in := range r.insts {
+		if err := in.close(); err != nil {
+			e.logf("%s: close: %v", r.name, err)
+		}
+	}
+	r.insts = nil
+	if counted {
+		e.waitIdle(ctx, c)
+		s1, _, err := e.serverCount(ctx, c)
+		if err != nil {
+			return res, err
+		}
+		if tot := r.total.Load(); tot > 0 {
+			res.ServerPerOp = fp(float64(s1-s0) / float64(tot))
+		}
+	}
+
+	// Check the outputs against what was handled.
+	var (
+		completed, expected, violations int64
+		used                            = warmGroups + n
+	)
+	for g := range used {
+		st := &pub.states[g]
+		h := st.handled.Load()
+		out := int64(st.outputs.Load())
+		complete := h == fullGroup
+		if complete {
+			completed++
+		}
+		switch scenario {
+		case "aggregator":
+			want := int64(0)
+			if complete {
+				want = 1
+			}
+			expected += want
+			violations += abs(out - want)
+		case "resequencer":
+			var want uint32
+			switch {
+			case reseqPartial:
+				want = h | 1
+				want = ^want & (want + 1) // the lowest unset bit
+				want = (want - 1) &^ 1    // bits 1..that bit-1: the contiguous prefix
+			case complete:
+				want = fullGroup
+			}
+			expected += int64(bits.OnesCount32(want))
+			pubd := st.published.Load()
+			violations += int64(bits.OnesCount32(pubd^want)) + int64(st.disorder.Load()) + int64(st.dups.Load())
+		}
+	}
+	violations += disc.n.Load() + pub.foreign.Load() + int64(left)
+	if violations > 0 {
+		e.logf("%s: %d violations: outputs %d, expected %d, discarded %d, unknown %d, messages never handled %d",
+			r.name, violations, pub.total.Load(), expected, disc.n.Load(), pub.foreign.Load(), left)
+	}
+
+	slices.Sort(meas.lat)
+	res.OpsPerSec = fp(float64(meas.ok) / meas.elapsed.Seconds())
+	res.MsgsPerSec = res.OpsPerSec
+	res.HandleP50us, res.HandleP99us = us(pct(meas.lat, 50)), us(pct(meas.lat, 99))
+	if m0 >= 0 && meas.ok > 0 {
+		res.StmtsPerOp = fp(float64(m1-m0) / float64(meas.ok))
+	}
+	res.Instances, res.Workers = ip(int64(v.instances)), ip(int64(workers))
+	if pool > 0 {
+		res.Pool = ip(int64(pool))
+	}
+	if v.server == "postgres" {
+		res.Listen = &cfg.groupListen
+	}
+	res.Outputs, res.ExpectedOutputs = ip(pub.total.Load()), ip(expected)
+	res.GroupsCompleted, res.Messages = ip(completed), ip(r.total.Load())
+	res.HandleRetries = ip(retried)
+	res.Errors = ip(logged.Load())
+	res.Violations = ip(violations)
+	res.FeedRanOut = meas.dry
+	return res, nil
+}
+
+// roundBlocks rounds a number of groups up to whole blocks of window
+// groups, at least two.
+func roundBlocks(groups, window int) int {
+	return max(2, (groups+window-1)/window) * window
+}
+
+func abs(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
