@@ -40,6 +40,7 @@ func Example() {
 	fmt.Println(m.Metadata.Get("correlation_id"), string(m.Payload))
 	m.Ack()
 	router.Close()
+	pubSub.Close() // ends the subscription of out
 	// Output: order-42 ["line 1","line 2","line 3"]
 }
 
