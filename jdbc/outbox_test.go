@@ -62,6 +62,18 @@ func newOutbox(t *testing.T, db testDB, fail error) (*jdbc.Outbox, string) {
 	return ob, region
 }
 
+// newOutboxGroup returns newOutbox's outbox and region, and the group "k"
+// it holds with one message.
+func newOutboxGroup(t *testing.T, db testDB, fail error) (*jdbc.Outbox, string, groupstore.Group) {
+	t.Helper()
+	ob, region := newOutbox(t, db, fail)
+	g, _, err := ob.Add(context.Background(), "k", groupstore.Message{UUID: "m1"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ob, region, g
+}
+
 // published returns the UUIDs published to topic in region.
 func published(t *testing.T, db testDB, region, topic string) []string {
 	t.Helper()
@@ -86,13 +98,8 @@ func published(t *testing.T, db testDB, region, topic string) []string {
 
 func TestOutboxCommitsTheUpdateAndThePublishTogether(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
-		ctx := context.Background()
-		ob, region := newOutbox(t, db, nil)
-		g, _, err := ob.Add(ctx, "k", groupstore.Message{UUID: "m1"}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = ob.UpdatePublish(ctx, "k", groupstore.Update{IfVersion: g.Version, ReleaseAll: true, Complete: true},
+		ob, region, g := newOutboxGroup(t, db, nil)
+		err := ob.UpdatePublish(context.Background(), "k", groupstore.Update{IfVersion: g.Version, ReleaseAll: true, Complete: true},
 			"out", message.NewMessage("o1", nil))
 		if err != nil {
 			t.Fatalf("UpdatePublish: %v", err)
@@ -100,7 +107,7 @@ func TestOutboxCommitsTheUpdateAndThePublishTogether(t *testing.T) {
 		if got := published(t, db, region, "out"); len(got) != 1 || got[0] != "o1" {
 			t.Errorf("published %v, want [o1]", got)
 		}
-		after, err := ob.Get(ctx, "k")
+		after, err := ob.Get(context.Background(), "k")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,14 +119,9 @@ func TestOutboxCommitsTheUpdateAndThePublishTogether(t *testing.T) {
 
 func TestOutboxPublishFailureLeavesTheGroupUnchanged(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
-		ctx := context.Background()
 		broker := errors.New("broker refused")
-		ob, region := newOutbox(t, db, broker)
-		g, _, err := ob.Add(ctx, "k", groupstore.Message{UUID: "m1"}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = ob.UpdatePublish(ctx, "k", groupstore.Update{IfVersion: g.Version, ReleaseAll: true, Complete: true},
+		ob, region, g := newOutboxGroup(t, db, broker)
+		err := ob.UpdatePublish(context.Background(), "k", groupstore.Update{IfVersion: g.Version, ReleaseAll: true, Complete: true},
 			"out", message.NewMessage("o1", nil))
 		if !errors.Is(err, broker) {
 			t.Fatalf("UpdatePublish = %v, want the publisher's error", err)
@@ -127,7 +129,7 @@ func TestOutboxPublishFailureLeavesTheGroupUnchanged(t *testing.T) {
 		if got := published(t, db, region, "out"); len(got) != 0 {
 			t.Errorf("published %v after a failed publish, want nothing", got)
 		}
-		after, err := ob.Get(ctx, "k")
+		after, err := ob.Get(context.Background(), "k")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,13 +142,8 @@ func TestOutboxPublishFailureLeavesTheGroupUnchanged(t *testing.T) {
 
 func TestOutboxVersionConflictPublishesNothing(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
-		ctx := context.Background()
-		ob, region := newOutbox(t, db, nil)
-		g, _, err := ob.Add(ctx, "k", groupstore.Message{UUID: "m1"}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = ob.UpdatePublish(ctx, "k", groupstore.Update{IfVersion: g.Version + 1, Complete: true},
+		ob, region, g := newOutboxGroup(t, db, nil)
+		err := ob.UpdatePublish(context.Background(), "k", groupstore.Update{IfVersion: g.Version + 1, Complete: true},
 			"out", message.NewMessage("o1", nil))
 		if !errors.Is(err, groupstore.ErrConflict) {
 			t.Fatalf("UpdatePublish with a stale version = %v, want ErrConflict", err)

@@ -38,7 +38,7 @@ func requirePostgres(t testing.TB) (db *sql.DB, dsn string) {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
 		}
-		t.Skip(msg)
+		t.Skip(msg) // its server is unreachable
 	}
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
