@@ -396,7 +396,10 @@ func TestFailedPublishIsRetriedOnRedeliveryWithTheSameOutputUUID(t *testing.T) {
 }
 
 func TestHeldGroupLockEndsInLockTimeoutNotAHang(t *testing.T) {
-	locks := registry.NewLocal()
+	locks, err := registry.NewLocal()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { locks.Close(context.Background()) })
 	a, _ := newAgg(t, aggregator.Config{Locks: locks, LockTimeout: 20 * time.Millisecond})
 	l := locks.Obtain(aggregator.DefaultLockPrefix + "busy")
@@ -408,7 +411,10 @@ func TestHeldGroupLockEndsInLockTimeoutNotAHang(t *testing.T) {
 }
 
 func TestLockPrefixSeparatesAggregatorsOnOneRegistry(t *testing.T) {
-	locks := registry.NewLocal()
+	locks, err := registry.NewLocal()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { locks.Close(context.Background()) })
 	a, rec := newAgg(t, aggregator.Config{Locks: locks, LockPrefix: "invoices:", LockTimeout: 20 * time.Millisecond})
 	l := locks.Obtain(aggregator.DefaultLockPrefix + "k") // another aggregator's group lock
@@ -528,7 +534,7 @@ func TestAggregatorOnARouterReleasesEachGroupOnce(t *testing.T) {
 	const groups, size = 20, 5
 	logger := watermill.NopLogger{}
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: groups * size}, logger)
-	store, locks := groupstore.NewMemory(), registry.NewLocal()
+	store, locks := groupstore.NewMemory(), newLocal(t)
 	t.Cleanup(func() { locks.Close(context.Background()) })
 
 	outputs, err := pubSub.Subscribe(context.Background(), "orders.aggregated")
@@ -592,4 +598,15 @@ func TestAggregatorOnARouterReleasesEachGroupOnce(t *testing.T) {
 		}
 	default:
 	}
+}
+
+// newLocal returns an in-process registry closed when t ends.
+func newLocal(t testing.TB) *registry.Registry {
+	t.Helper()
+	r, err := registry.NewLocal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(context.Background()) })
+	return r
 }

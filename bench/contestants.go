@@ -169,9 +169,13 @@ func openLockreg(driver string, listen bool) func(context.Context, *env, int) (i
 			db.Close()
 			return nil, err
 		}
-		reg := registry.New(repo, registry.WithErrorHandler(func(key string, err error) {
+		reg, err := registry.New(repo, registry.WithErrorHandler(func(key string, err error) {
 			e.logf("lockreg-%s: %s: %v", driver, key, err)
 		}))
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
 		return &lockregInst{db: db, c: c, reg: reg}, nil
 	}
 }

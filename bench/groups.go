@@ -228,7 +228,11 @@ func openGroupInst(e *env, scenario string, v groupVariant, cfg config, pub, dis
 	var store groupstore.Store
 	logger := benchLogger{e: e, name: scenario + "/" + v.name, errs: errs}
 	if v.server == "memory" {
-		store, in.reg = groupstore.NewMemory(), registry.NewLocal()
+		reg, err := registry.NewLocal()
+		if err != nil {
+			return nil, err
+		}
+		store, in.reg = groupstore.NewMemory(), reg
 	} else {
 		_, pool := v.workers(cfg)
 		db, c, err := openPgx(e.pgDSN, pool)
@@ -245,10 +249,14 @@ func openGroupInst(e *env, scenario string, v groupVariant, cfg config, pub, dis
 			db.Close()
 			return nil, err
 		}
-		in.reg = registry.New(repo, registry.WithErrorHandler(func(key string, err error) {
+		in.reg, err = registry.New(repo, registry.WithErrorHandler(func(key string, err error) {
 			errs.Add(1)
 			e.logf("%s/%s: lock %s: %v", scenario, v.name, key, err)
 		}))
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
 		gs, err := jdbc.NewGroupStore(db, jdbc.WithPrefix(lockregPrefix), jdbc.WithRegion(groupRegion))
 		if err != nil {
 			in.close()

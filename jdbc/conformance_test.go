@@ -36,7 +36,10 @@ func BenchmarkLockUnlock(b *testing.B) {
 	for _, db := range testDatabases(b) {
 		b.Run(db.Name, func(b *testing.B) {
 			db.require(b)
-			r := registry.New(newRepo(b, db))
+			r, err := registry.New(newRepo(b, db))
+			if err != nil {
+				b.Fatal(err)
+			}
 			defer r.Close(context.Background())
 			l := r.Obtain("bench")
 			for b.Loop() {

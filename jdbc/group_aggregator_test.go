@@ -56,7 +56,10 @@ func instance(t *testing.T, db testDB, region string, pub message.Publisher, tim
 	if err != nil {
 		t.Fatal(err)
 	}
-	locks := registry.New(repo)
+	locks, err := registry.New(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { locks.Close(context.Background()) })
 	store, err := jdbc.NewGroupStore(db.DB, jdbc.WithRegion(region))
 	if err != nil {

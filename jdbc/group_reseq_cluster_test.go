@@ -84,8 +84,11 @@ func TestReseqClusterReleasesEveryGroupCompleteAndInOrderOnPostgres(t *testing.T
 		if err != nil {
 			t.Fatal(err)
 		}
-		regs[h] = registry.New(repo, registry.WithIdleBetweenTries(5*time.Millisecond),
+		regs[h], err = registry.New(repo, registry.WithIdleBetweenTries(5*time.Millisecond),
 			registry.WithErrorHandler(func(string, error) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
 		defer regs[h].Close(context.Background())
 		store, err := jdbc.NewGroupStore(pg.DB, jdbc.WithRegion(region))
 		if err != nil {

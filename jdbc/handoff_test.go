@@ -42,7 +42,10 @@ func process(t testing.TB, db testDB, region string, l jdbc.Listener, opts ...re
 		jopts = append(jopts, jdbc.WithListener(l))
 	}
 	repo := newRepo(t, db, jopts...)
-	r := registry.New(repo, append([]registry.Option{registry.WithIdleBetweenTries(20 * time.Millisecond)}, opts...)...)
+	r, err := registry.New(repo, append([]registry.Option{registry.WithIdleBetweenTries(20 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { r.Close(context.Background()) })
 	return r, repo
 }
@@ -162,8 +165,14 @@ func TestAKilledListenerCostsLatencyNotTheLockAndComesBack(t *testing.T) {
 		repo1 := newRepo(t, db, jdbc.WithRegion(region))
 		repo2 := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l),
 			jdbc.WithErrorHandler(func(error) { reported.Add(1) }))
-		r1 := registry.New(repo1, registry.WithIdleBetweenTries(20*time.Millisecond))
-		r2 := registry.New(repo2, registry.WithIdleBetweenTries(200*time.Millisecond))
+		r1, err := registry.New(repo1, registry.WithIdleBetweenTries(20*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := registry.New(repo2, registry.WithIdleBetweenTries(200*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
 		defer r1.Close(context.Background())
 		defer r2.Close(context.Background())
 		handOff := func() error {

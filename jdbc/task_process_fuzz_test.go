@@ -217,7 +217,10 @@ func procFuzzChild() ([2]int64, error) {
 		if err != nil {
 			return counts, err
 		}
-		e := tasklock.New(repo)
+		e, err := tasklock.New(repo)
+		if err != nil {
+			return counts, err
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -39,7 +39,10 @@ func newTaskNode(t testing.TB, db jdbc.DB, region string, opts ...registry.Optio
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := tasklock.New(repo, opts...)
+	e, err := tasklock.New(repo, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := e.Close(context.Background()); err != nil {
 			t.Errorf("Close: %v", err)
@@ -407,7 +410,10 @@ func TestTaskLockClockSkew(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := tasklock.New(repo)
+			b, err := tasklock.New(repo)
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer b.Close(ctxb)
 
 			if ran, err := b.Run(ctxb, name, count, opts...); ran || err != nil {

@@ -12,7 +12,10 @@ import (
 // BenchmarkLocalLockUnlock measures the registry's own overhead per
 // lock/unlock cycle, with a repository that does no I/O.
 func BenchmarkLocalLockUnlock(b *testing.B) {
-	r := registry.NewLocal()
+	r, err := registry.NewLocal()
+	if err != nil {
+		b.Fatal(err)
+	}
 	defer r.Close(context.Background())
 	l := r.Obtain("k")
 	for b.Loop() {
@@ -24,7 +27,10 @@ func BenchmarkLocalLockUnlock(b *testing.B) {
 // BenchmarkLocalLockUnlockParallel runs cycles on distinct keys from every
 // goroutine, which contend only on the registry's cache.
 func BenchmarkLocalLockUnlockParallel(b *testing.B) {
-	r := registry.NewLocal()
+	r, err := registry.NewLocal()
+	if err != nil {
+		b.Fatal(err)
+	}
 	defer r.Close(context.Background())
 	var n atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
@@ -44,7 +50,10 @@ func BenchmarkObtainDistinctKeys(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		r := registry.NewLocal()
+		r, err := registry.NewLocal()
+		if err != nil {
+			b.Fatal(err)
+		}
 		for _, k := range keys {
 			r.Obtain(k)
 		}

@@ -11,7 +11,10 @@ import (
 )
 
 func Example() {
-	reg := registry.NewLocal()
+	reg, err := registry.NewLocal()
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close(context.Background())
 
 	l := reg.Obtain("order-42")
@@ -25,8 +28,14 @@ func Example() {
 // one holds a key, the other's TryLockContext gives up at its deadline.
 func ExampleLock_TryLockContext() {
 	storage := registrytest.NewMemory() // jdbc.NewLockRepository in production
-	a := registry.New(storage.NewClient())
-	b := registry.New(storage.NewClient())
+	a, err := registry.New(storage.NewClient())
+	if err != nil {
+		panic(err)
+	}
+	b, err := registry.New(storage.NewClient())
+	if err != nil {
+		panic(err)
+	}
 	defer a.Close(context.Background())
 	defer b.Close(context.Background())
 
@@ -45,8 +54,14 @@ func ExampleLock_TryLockContext() {
 // so it can treat the work it did as suspect.
 func ExampleLock_UnlockContext() {
 	storage := registrytest.NewMemory()
-	slow := registry.New(storage.NewClient(), registry.WithTTL(50*time.Millisecond))
-	other := registry.New(storage.NewClient(), registry.WithIdleBetweenTries(10*time.Millisecond))
+	slow, err := registry.New(storage.NewClient(), registry.WithTTL(50*time.Millisecond))
+	if err != nil {
+		panic(err)
+	}
+	other, err := registry.New(storage.NewClient(), registry.WithIdleBetweenTries(10*time.Millisecond))
+	if err != nil {
+		panic(err)
+	}
 	defer slow.Close(context.Background())
 	defer other.Close(context.Background())
 
@@ -59,14 +74,17 @@ func ExampleLock_UnlockContext() {
 	if err := other.Obtain("invoice-7").LockContext(ctx); err != nil {
 		panic(err)
 	}
-	err := l.UnlockContext(ctx)
+	err = l.UnlockContext(ctx)
 	fmt.Println("lease lost:", errors.Is(err, registry.ErrLockLost))
 	// Output: lease lost: true
 }
 
 // Renew extends a held lease, here with a longer TTL than the lock took.
 func ExampleLock_RenewTTL() {
-	reg := registry.NewLocal()
+	reg, err := registry.NewLocal()
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close(context.Background())
 
 	ctx := context.Background()

@@ -71,7 +71,10 @@ func failing(n int32) func() (bool, error) {
 
 func newReg(t *testing.T, repo registry.Repository, opts ...registry.Option) *registry.Registry {
 	t.Helper()
-	r := registry.New(repo, append([]registry.Option{registry.WithIdleBetweenTries(5 * time.Millisecond)}, opts...)...)
+	r, err := registry.New(repo, append([]registry.Option{registry.WithIdleBetweenTries(5 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { r.Close(context.Background()) })
 	return r
 }
@@ -87,7 +90,7 @@ func wantPanic(t *testing.T, f func()) (v any) {
 	return nil
 }
 
-func TestNewPanicsOnInvalidOptions(t *testing.T) {
+func TestNewRejectsInvalidOptions(t *testing.T) {
 	for name, opt := range map[string]registry.Option{
 		"zero TTL":          registry.WithTTL(0),
 		"negative idle":     registry.WithIdleBetweenTries(-time.Second),
@@ -95,11 +98,21 @@ func TestNewPanicsOnInvalidOptions(t *testing.T) {
 		"nil error handler": registry.WithErrorHandler(nil),
 	} {
 		t.Run(name, func(t *testing.T) {
-			wantPanic(t, func() { registry.NewLocal(opt) })
+			r, err := registry.NewLocal(opt)
+			if !errors.Is(err, registry.ErrInvalidOption) || r != nil {
+				t.Fatalf("NewLocal: got %v, %v; want nil and an error wrapping ErrInvalidOption", r, err)
+			}
 		})
 	}
+	t.Run("zero TTL is also ErrInvalidTTL", func(t *testing.T) {
+		if _, err := registry.NewLocal(registry.WithTTL(0)); !errors.Is(err, registry.ErrInvalidTTL) {
+			t.Fatalf("got %v, want an error wrapping ErrInvalidTTL", err)
+		}
+	})
 	t.Run("nil repository", func(t *testing.T) {
-		wantPanic(t, func() { registry.New(nil) })
+		if r, err := registry.New(nil); !errors.Is(err, registry.ErrInvalidOption) || r != nil {
+			t.Fatalf("New(nil): got %v, %v; want nil and an error wrapping ErrInvalidOption", r, err)
+		}
 	})
 }
 
@@ -139,7 +152,10 @@ func TestTryLockPanicsWithNonTransientErrorButNotTransientOne(t *testing.T) {
 }
 
 func TestLockPanicsOnClosedRegistry(t *testing.T) {
-	r := registry.NewLocal()
+	r, err := registry.NewLocal()
+	if err != nil {
+		t.Fatal(err)
+	}
 	r.Close(context.Background())
 	v := wantPanic(t, r.Obtain("k").Lock)
 	if err, ok := v.(error); !ok || !errors.Is(err, registry.ErrClosed) {
@@ -250,7 +266,10 @@ func TestAbandonedAttemptIsReleasedBeforeTheKeyIsFreedLocally(t *testing.T) {
 		once.Do(func() { close(releasing); <-proceed })
 		return false, nil
 	}
-	r := registry.New(repo, registry.WithIdleBetweenTries(5*time.Millisecond))
+	r, err := registry.New(repo, registry.WithIdleBetweenTries(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
 	l := r.Obtain("k")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
@@ -272,7 +291,11 @@ func TestAbandonedAttemptIsReleasedBeforeTheKeyIsFreedLocally(t *testing.T) {
 }
 
 func TestUnlockFromAnotherGoroutine(t *testing.T) {
-	l := registry.NewLocal().Obtain("k")
+	r, err := registry.NewLocal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := r.Obtain("k")
 	l.Lock()
 	done := make(chan struct{})
 	go func() { l.Unlock(); close(done) }()

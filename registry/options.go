@@ -13,7 +13,8 @@ const (
 	DefaultCacheCapacity    = 100_000
 )
 
-// An Option configures a [Registry].
+// An Option configures a [Registry]. [New] checks the options and returns
+// an error wrapping [ErrInvalidOption] for an invalid one.
 type Option func(*options)
 
 type options struct {
@@ -36,13 +37,13 @@ func defaultOptions() options {
 func (o *options) validate() error {
 	switch {
 	case o.ttl <= 0:
-		return fmt.Errorf("registry: WithTTL(%v): %w", o.ttl, ErrInvalidTTL)
+		return fmt.Errorf("registry: WithTTL(%v): %w: %w", o.ttl, ErrInvalidOption, ErrInvalidTTL)
 	case o.idle <= 0:
-		return fmt.Errorf("registry: WithIdleBetweenTries(%v): must be positive", o.idle)
+		return fmt.Errorf("registry: WithIdleBetweenTries(%v): %w: must be positive", o.idle, ErrInvalidOption)
 	case o.cacheCapacity <= 0:
-		return fmt.Errorf("registry: WithCacheCapacity(%d): must be positive", o.cacheCapacity)
+		return fmt.Errorf("registry: WithCacheCapacity(%d): %w: must be positive", o.cacheCapacity, ErrInvalidOption)
 	case o.errorHandler == nil:
-		return fmt.Errorf("registry: WithErrorHandler(nil)")
+		return fmt.Errorf("registry: WithErrorHandler(nil): %w: the handler must not be nil", ErrInvalidOption)
 	}
 	return nil
 }

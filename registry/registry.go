@@ -39,22 +39,26 @@ var _ LockRegistry = (*Registry)(nil)
 // repo from then on: [Registry.Close] closes it, and no other registry may
 // use it.
 //
-// New panics if repo is nil or an option is invalid (a TTL, idle interval or
-// capacity that is not positive): these are programmer errors.
-func New(repo Repository, opts ...Option) *Registry {
+// New returns an error wrapping [ErrInvalidOption] if repo is nil or an
+// option is invalid (a TTL, idle interval or capacity that is not positive,
+// a nil error handler); an invalid TTL also wraps [ErrInvalidTTL]. It
+// performs no I/O.
+func New(repo Repository, opts ...Option) (*Registry, error) {
 	if repo == nil {
-		panic("registry: New with nil Repository")
+		return nil, fmt.Errorf("registry: New with a nil Repository: %w", ErrInvalidOption)
 	}
 	o := defaultOptions()
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if err := o.validate(); err != nil {
-		panic(err)
+		return nil, err
 	}
 	idle, err := simplelru.NewLRU[string, *lock](o.cacheCapacity, nil)
 	if err != nil {
-		panic(fmt.Sprintf("registry: %v", err))
+		return nil, fmt.Errorf("registry: %w: %w", ErrInvalidOption, err)
 	}
 	return &Registry{
 		repo:   repo,
@@ -62,14 +66,15 @@ func New(repo Repository, opts ...Option) *Registry {
 		active: make(map[string]*lock),
 		idle:   idle,
 		done:   make(chan struct{}),
-	}
+	}, nil
 }
 
 // NewLocal returns a registry whose locks exclude each other only within this
 // process: Spring's DefaultLockRegistry, for tests and single instances. It
 // needs no database; leases never expire and renewals always succeed. Unlike
-// Spring's, distinct keys never share a lock.
-func NewLocal(opts ...Option) *Registry {
+// Spring's, distinct keys never share a lock. It returns the errors of [New]
+// for invalid options.
+func NewLocal(opts ...Option) (*Registry, error) {
 	return New(new(localRepository), opts...)
 }
 

@@ -120,6 +120,11 @@ var (
 
 	// ErrInvalidTTL reports a lease duration that is not positive.
 	ErrInvalidTTL = errors.New("registry: ttl must be positive")
+
+	// ErrInvalidOption reports an invalid argument to [New] or
+	// [NewLocal]: a nil repository or an option with an invalid value. The
+	// returned error names the option.
+	ErrInvalidOption = errors.New("registry: invalid option")
 )
 
 // Transient wraps err so that errors.Is(err, ErrTransient) reports true while

@@ -60,13 +60,19 @@ func TestOutputPerGroupIsStrictlyIncreasingAndCompleteForAnyArrival(t *testing.T
 		store := groupstore.NewMemory()
 		rec := newRecorder()
 		leases := registrytest.NewMemory()
-		shared := registry.NewLocal()
+		shared, err := registry.NewLocal()
+		if err != nil {
+			t.Fatal(err)
+		}
 		regs := []*registry.Registry{shared}
 		qs := make([]*resequencer.Resequencer, instances)
 		for i := range qs {
 			locks := shared
 			if separateRegistries {
-				locks = registry.New(leases.NewClient(), registry.WithIdleBetweenTries(time.Millisecond))
+				locks, err = registry.New(leases.NewClient(), registry.WithIdleBetweenTries(time.Millisecond))
+				if err != nil {
+					t.Fatal(err)
+				}
 				regs = append(regs, locks)
 			}
 			q, err := resequencer.New(resequencer.Config{Publisher: rec, OutputTopic: "out", DiscardTopic: "discard",

@@ -397,7 +397,7 @@ func TestFailedPublishLeavesTheGroupUnchanged(t *testing.T) {
 }
 
 func TestPublishRetriedByAnotherInstanceCarriesTheSameUUIDs(t *testing.T) {
-	store, locks := groupstore.NewMemory(), registry.NewLocal()
+	store, locks := groupstore.NewMemory(), newLocal(t)
 	a, recA := newReseq(t, resequencer.Config{Store: store, Locks: locks, ReleasePartialSequences: true})
 	b, recB := newReseq(t, resequencer.Config{Store: store, Locks: locks, ReleasePartialSequences: true})
 	handle(t, a, part("g", 2, 2))
@@ -414,7 +414,7 @@ func TestPublishRetriedByAnotherInstanceCarriesTheSameUUIDs(t *testing.T) {
 }
 
 func TestLaterRunIsNotPublishedBeforeAnEarlierOneFromAnotherInstance(t *testing.T) {
-	store, locks := groupstore.NewMemory(), registry.NewLocal()
+	store, locks := groupstore.NewMemory(), newLocal(t)
 	shared := newRecorder()
 	shared.block = make(chan struct{})
 	a, _ := newReseq(t, resequencer.Config{Publisher: shared, Store: store, Locks: locks, ReleasePartialSequences: true})
@@ -432,7 +432,10 @@ func TestLaterRunIsNotPublishedBeforeAnEarlierOneFromAnotherInstance(t *testing.
 }
 
 func TestLockTimeoutNacksTheMessage(t *testing.T) {
-	locks := registry.NewLocal()
+	locks, err := registry.NewLocal()
+	if err != nil {
+		t.Fatal(err)
+	}
 	q, _ := newReseq(t, resequencer.Config{Locks: locks, LockTimeout: 10 * time.Millisecond})
 	l := locks.Obtain(resequencer.DefaultLockPrefix + "g")
 	l.Lock()
@@ -454,7 +457,10 @@ func (ctxPublisher) Close() error { return nil }
 
 func TestLostLockStopsTheReleaseBeforeItIsRecorded(t *testing.T) {
 	store := groupstore.NewMemory()
-	locks := registry.NewLocal(registry.WithTTL(50 * time.Millisecond))
+	locks, err := registry.NewLocal(registry.WithTTL(50 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
 	q, _ := newReseq(t, resequencer.Config{Publisher: ctxPublisher{}, Store: store, Locks: locks})
 	if err := q.Handle(part("g", 1, 1)); !errors.Is(err, resequencer.ErrLockLost) {
 		t.Fatalf("Handle: %v, want ErrLockLost", err)
@@ -624,4 +630,15 @@ func TestRouterWithGoChannelReleasesInOrder(t *testing.T) {
 		want[i] = i + 1
 	}
 	wantSeqs(t, got, want...)
+}
+
+// newLocal returns an in-process registry closed when t ends.
+func newLocal(t testing.TB) *registry.Registry {
+	t.Helper()
+	r, err := registry.NewLocal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(context.Background()) })
+	return r
 }

@@ -62,19 +62,24 @@ type Executor struct {
 // has passed by the local monotonic clock, renewing the lease to cover that
 // time, and releases it then (or at Close).
 //
-// New panics if repo is nil or an option is invalid, as [registry.New] does.
-func New(repo registry.Repository, opts ...registry.Option) *Executor {
-	reg := registry.New(repo, opts...)
+// New returns the errors of [registry.New]: one wrapping
+// [registry.ErrInvalidOption] if repo is nil or an option is invalid.
+func New(repo registry.Repository, opts ...registry.Option) (*Executor, error) {
+	reg, err := registry.New(repo, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("tasklock: %w", err)
+	}
 	rel, _ := repo.(Releaser)
-	return &Executor{reg: reg, rel: rel, pending: make(map[*Lock]*time.Timer)}
+	return &Executor{reg: reg, rel: rel, pending: make(map[*Lock]*time.Timer)}, nil
 }
 
 // NewLocal returns an executor whose locks exclude runs within this process
 // only, for tests and single instances; it needs no database. Leases never
 // expire, so tasks' contexts are cancelled only by the safety margin of
 // lockAtMostFor. lockAtLeastFor is kept by holding the lock until it has
-// passed, as for any repository that is not a [Releaser].
-func NewLocal(opts ...registry.Option) *Executor {
+// passed, as for any repository that is not a [Releaser]. It returns the
+// errors of [New].
+func NewLocal(opts ...registry.Option) (*Executor, error) {
 	return New(new(localRepository), opts...)
 }
 

@@ -16,7 +16,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func newLocal(t *testing.T, opts ...registry.Option) *tasklock.Executor {
 	t.Helper()
-	e := tasklock.NewLocal(opts...)
+	e, err := tasklock.NewLocal(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := e.Close(context.Background()); err != nil {
 			t.Errorf("Close: %v", err)
@@ -228,5 +231,14 @@ func TestLockAtLeastForFallback(t *testing.T) {
 	}
 	if _, err := e.Run(ctx, "job", noop); !errors.Is(err, registry.ErrClosed) {
 		t.Fatalf("Run after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestNewRejectsInvalidOptions(t *testing.T) {
+	if e, err := tasklock.NewLocal(registry.WithIdleBetweenTries(0)); !errors.Is(err, registry.ErrInvalidOption) || e != nil {
+		t.Fatalf("NewLocal: got %v, %v; want nil and an error wrapping registry.ErrInvalidOption", e, err)
+	}
+	if e, err := tasklock.New(nil); !errors.Is(err, registry.ErrInvalidOption) || e != nil {
+		t.Fatalf("New(nil): got %v, %v; want nil and an error wrapping registry.ErrInvalidOption", e, err)
 	}
 }

@@ -94,7 +94,10 @@ func run(out io.Writer, dsn string, orders int) error {
 		if err != nil {
 			return err
 		}
-		locks := registry.New(repo)
+		locks, err := registry.New(repo)
+		if err != nil {
+			return err
+		}
 		defer locks.Close(context.WithoutCancel(ctx))
 		store, err := jdbc.NewGroupStore(db, jdbc.WithRegion(region))
 		if err != nil {

@@ -62,7 +62,10 @@ func run(out io.Writer, dsn string, turns int) error {
 		if err != nil {
 			return err
 		}
-		r := registry.New(repo, registry.WithIdleBetweenTries(20*time.Millisecond))
+		r, err := registry.New(repo, registry.WithIdleBetweenTries(20*time.Millisecond))
+		if err != nil {
+			return err
+		}
 		defer r.Close(context.Background())
 		instances = append(instances, r)
 	}

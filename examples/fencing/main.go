@@ -132,7 +132,7 @@ func instance(db *sqlx.DB) (*registry.Registry, error) {
 		return nil, err
 	}
 	return registry.New(repo, registry.WithTTL(lease), registry.WithIdleBetweenTries(20*time.Millisecond),
-		registry.WithErrorHandler(func(string, error) {})), nil
+		registry.WithErrorHandler(func(string, error) {}))
 }
 
 func read(ctx context.Context, db *sqlx.DB, account string) (int64, error) {

@@ -90,7 +90,10 @@ func run(out io.Writer, dsn string, accounts, steps int) error {
 		if err != nil {
 			return err
 		}
-		locks := registry.New(repo, registry.WithIdleBetweenTries(10*time.Millisecond))
+		locks, err := registry.New(repo, registry.WithIdleBetweenTries(10*time.Millisecond))
+		if err != nil {
+			return err
+		}
 		defer locks.Close(context.WithoutCancel(ctx))
 		store, err := jdbc.NewGroupStore(db, jdbc.WithRegion(region))
 		if err != nil {

@@ -62,7 +62,10 @@ func run(ctx context.Context, out io.Writer, file string, interval time.Duration
 		if err != nil {
 			return err
 		}
-		e := tasklock.New(repo)
+		e, err := tasklock.New(repo)
+		if err != nil {
+			return err
+		}
 		defer e.Close(context.Background())
 		wg.Add(1)
 		go func() {

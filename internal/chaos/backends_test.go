@@ -221,7 +221,10 @@ func newRegistry(t testing.TB, db *sqlx.DB, d jdbc.Dialect, region string, opts 
 		t.Fatal(err)
 	}
 	opts = append([]registry.Option{registry.WithErrorHandler(func(string, error) {})}, opts...)
-	reg := registry.New(repo, opts...)
+	reg, err := registry.New(repo, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -195,7 +195,10 @@ func TestAClosedDatabaseFailsLockAttemptsWithItsError(t *testing.T) {
 			if err != nil {
 				t.Fatalf("NewLockRepository does no I/O, yet: %v", err)
 			}
-			reg := registry.New(repo, registry.WithErrorHandler(func(string, error) {}))
+			reg, err := registry.New(repo, registry.WithErrorHandler(func(string, error) {}))
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer reg.Close(context.Background())
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -239,7 +242,10 @@ func TestAMissingTableIsErrNoTable(t *testing.T) {
 			if err := repo.Check(ctx); !errors.Is(err, jdbc.ErrNoTable) {
 				t.Errorf("Check: %v, want ErrNoTable", err)
 			}
-			reg := registry.New(repo, registry.WithErrorHandler(func(string, error) {}))
+			reg, err := registry.New(repo, registry.WithErrorHandler(func(string, error) {}))
+			if err != nil {
+				t.Fatal(err)
+			}
 			noPanic(t, "lock", func() {
 				if err := reg.Obtain("k").LockContext(ctx); !errors.Is(err, jdbc.ErrNoTable) {
 					t.Errorf("LockContext: %v, want ErrNoTable", err)
@@ -273,7 +279,10 @@ func TestTheWrongDialectIsAClearErrorNeverALock(t *testing.T) {
 					if err != nil {
 						t.Fatalf("WithDialect(%s): %v", d, err)
 					}
-					reg := registry.New(repo, registry.WithErrorHandler(func(string, error) {}))
+					reg, err := registry.New(repo, registry.WithErrorHandler(func(string, error) {}))
+					if err != nil {
+						t.Fatal(err)
+					}
 					defer reg.Close(ctx)
 					actx, acancel := context.WithTimeout(ctx, 10*time.Second)
 					defer acancel()

@@ -87,8 +87,11 @@ func TestAProcessClockFarFromTheDatabasesChangesNothing(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				skewed := registry.New(repo, registry.WithTTL(ttl), registry.WithIdleBetweenTries(20*time.Millisecond),
+				skewed, err := registry.New(repo, registry.WithTTL(ttl), registry.WithIdleBetweenTries(20*time.Millisecond),
 					registry.WithErrorHandler(func(string, error) {}))
+				if err != nil {
+					t.Fatal(err)
+				}
 				defer skewed.Close(context.Background())
 				var inner sync.WaitGroup
 				for g := range 2 {

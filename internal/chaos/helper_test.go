@@ -141,7 +141,7 @@ func (c *childEnv) registry(onError func(string, error)) (*registry.Registry, er
 		return nil, err
 	}
 	return registry.New(repo, registry.WithTTL(c.ttl), registry.WithIdleBetweenTries(25*time.Millisecond),
-		registry.WithErrorHandler(onError)), nil
+		registry.WithErrorHandler(onError))
 }
 
 // retry runs f until it succeeds, fails with errRefused, or the hold ends:

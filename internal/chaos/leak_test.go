@@ -90,7 +90,11 @@ func leakRegistry(t *testing.T, db *sqlx.DB, d jdbc.Dialect, region string, opts
 	}
 	opts = append([]registry.Option{registry.WithErrorHandler(func(string, error) {}),
 		registry.WithIdleBetweenTries(10 * time.Millisecond)}, opts...)
-	return registry.New(repo, opts...)
+	r, err := registry.New(repo, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // contend has two goroutines per registry take two keys n times each,

@@ -58,7 +58,10 @@ func TestAnUnlockWhoseCommittedReleaseLostItsReplyIsNotALostLease(t *testing.T) 
 			faulty := &lostReply{Repository: repoA, after: func() {
 				taken, _ = other.TryLockContext(context.Background())
 			}}
-			regA := registry.New(faulty, registry.WithTTL(10*time.Second), registry.WithErrorHandler(func(string, error) {}))
+			regA, err := registry.New(faulty, registry.WithTTL(10*time.Second), registry.WithErrorHandler(func(string, error) {}))
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer regA.Close(ctx)
 
 			a := regA.Obtain("k")

@@ -244,7 +244,7 @@ func runChild(cfg childConfig) error {
 		return err
 	}
 	var errMu sync.Mutex
-	locks := registry.New(repo, registry.WithTTL(lockTTL), registry.WithKeepAlive(),
+	locks, err := registry.New(repo, registry.WithTTL(lockTTL), registry.WithKeepAlive(),
 		registry.WithIdleBetweenTries(20*time.Millisecond),
 		registry.WithErrorHandler(func(key string, err error) {
 			if counters.lockErrors.Add(1) <= 20 {
@@ -253,6 +253,9 @@ func runChild(cfg childConfig) error {
 				errMu.Unlock()
 			}
 		}))
+	if err != nil {
+		return err
+	}
 	defer locks.Close(context.Background())
 
 	schema := newQueueSchema(cfg.BatchSize)

@@ -38,7 +38,7 @@ func (c *Config) setDefaults(k Kind) {
 		c.Store = groupstore.NewMemory()
 	}
 	if c.Locks == nil {
-		c.Locks = registry.NewLocal()
+		c.Locks = newLocal()
 	}
 	if c.LockPrefix == "" {
 		c.LockPrefix = k.DefaultLockPrefix
@@ -108,4 +108,14 @@ func (c Config) CheckDurations(p *Problems) {
 			p.Add("%s must not be negative, not %v", d.name, d.d)
 		}
 	}
+}
+
+// newLocal returns an in-process registry with the default options, which
+// cannot be invalid.
+func newLocal() *registry.Registry {
+	r, err := registry.NewLocal()
+	if err != nil {
+		panic(err) // a bug: the defaults are valid
+	}
+	return r
 }

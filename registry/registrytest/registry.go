@@ -455,10 +455,13 @@ func testMissingStorage(t *testing.T, b Backend) {
 	if b.NewMissingStorage == nil {
 		t.Skip("requires Backend.NewMissingStorage, which this backend does not provide")
 	}
-	r := registry.New(b.NewMissingStorage(t), registry.WithIdleBetweenTries(short))
+	r, err := registry.New(b.NewMissingStorage(t), registry.WithIdleBetweenTries(short))
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer r.Close(context.Background()) // its error is the missing storage again
 	l := r.Obtain(key(t))
-	err := l.LockContext(ctxT(t))
+	err = l.LockContext(ctxT(t))
 	if err == nil || errors.Is(err, registry.ErrTransient) {
 		t.Fatalf("LockContext on missing storage: got %v, want a non-transient error", err)
 	}

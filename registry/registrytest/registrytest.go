@@ -115,10 +115,14 @@ func newRegistryOn(t testing.TB, repo registry.Repository, opts ...registry.Opti
 	t.Helper()
 	opts = append([]registry.Option{registry.WithIdleBetweenTries(short)}, opts...)
 	var r *registry.Registry
+	var err error
 	if repo == nil {
-		r = registry.NewLocal(opts...)
+		r, err = registry.NewLocal(opts...)
 	} else {
-		r = registry.New(repo, opts...)
+		r, err = registry.New(repo, opts...)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := r.Close(context.Background()); err != nil {

@@ -44,7 +44,10 @@ func TestWithDistributedLocker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := tasklock.New(repo)
+		e, err := tasklock.New(repo)
+		if err != nil {
+			t.Fatal(err)
+		}
 		defer e.Close(ctx)
 		// lockAtLeastFor longer than the test: the later scheduler skips
 		// even if the earlier one has finished.
