@@ -145,7 +145,7 @@ type lockregInst struct {
 	reg *registry.Registry
 }
 
-// openLockreg opens registry.New(jdbc.NewLockRepository(db)) with the
+// openLockreg opens registry.New(jdbc.NewLockRepository(ctx, db)) with the
 // defaults (but the table prefix and region), and with listen also
 // jdbc.WithListener (pgxlisten or pqlisten).
 func openLockreg(driver string, listen bool) func(context.Context, *env, int) (instance, error) {
@@ -164,7 +164,7 @@ func openLockreg(driver string, listen bool) func(context.Context, *env, int) (i
 		if listen {
 			opts[1] = jdbc.WithRegion("bench-" + driver + "-listen")
 		}
-		repo, err := jdbc.NewLockRepository(db, opts...)
+		repo, err := jdbc.NewLockRepository(ctx, db, opts...)
 		if err != nil {
 			db.Close()
 			return nil, err

@@ -244,7 +244,7 @@ func openGroupInst(e *env, scenario string, v groupVariant, cfg config, pub, dis
 		if cfg.groupListen {
 			repoOpts = append(repoOpts, jdbc.WithListener(pgxlisten.New(db)))
 		}
-		repo, err := jdbc.NewLockRepository(db, repoOpts...)
+		repo, err := jdbc.NewLockRepository(context.Background(), db, repoOpts...)
 		if err != nil {
 			db.Close()
 			return nil, err

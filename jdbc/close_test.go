@@ -289,7 +289,7 @@ func TestUnreachableServerIsTransient(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			db := openPool(t, c.driver, c.dsn)
-			repo, err := jdbc.NewLockRepository(db) // no I/O
+			repo, err := jdbc.NewLockRepository(context.Background(), db) // no I/O
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -178,7 +178,7 @@ func newRepo(t testing.TB, db testDB, opts ...jdbc.Option) *jdbc.LockRepository 
 // newRepoOn is newRepo on any jdbc.DB.
 func newRepoOn(t testing.TB, db jdbc.DB, opts ...jdbc.Option) *jdbc.LockRepository {
 	t.Helper()
-	repo, err := jdbc.NewLockRepository(db, opts...)
+	repo, err := jdbc.NewLockRepository(context.Background(), db, opts...)
 	if err != nil {
 		t.Fatalf("NewLockRepository: %v", err)
 	}

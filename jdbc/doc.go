@@ -48,11 +48,11 @@
 // gives back a lease handed to it meanwhile (Leave); one that crashes holds
 // it until it expires, as a crashed holder does. With the pgx driver:
 //
-//	repo, err := jdbc.NewLockRepository(db, jdbc.WithListener(pgxlisten.New(db)))
+//	repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithListener(pgxlisten.New(db)))
 //
 // and with lib/pq, which listens on a connection of its own:
 //
-//	repo, err := jdbc.NewLockRepository(db, jdbc.WithListener(pqlisten.New(dsn)))
+//	repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithListener(pqlisten.New(dsn)))
 //
 // MySQL/MariaDB and SQLite have neither: their waiters poll, and whoever
 // polls first after a release takes the lease.

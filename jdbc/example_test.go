@@ -34,12 +34,12 @@ func Example() {
 	}
 
 	// Two clients of one lock table, as two processes would be.
-	alice, err := jdbc.NewLockRepository(db, jdbc.WithRegion("orders"))
+	alice, err := jdbc.NewLockRepository(ctx, db, jdbc.WithRegion("orders"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer alice.Close(ctx)
-	bob, err := jdbc.NewLockRepository(db, jdbc.WithRegion("orders"))
+	bob, err := jdbc.NewLockRepository(ctx, db, jdbc.WithRegion("orders"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func ExampleCreateSchema() {
 	defer db.Close()
 	ctx := context.Background()
 
-	repo, err := jdbc.NewLockRepository(db, jdbc.WithPrefix("APP_"))
+	repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithPrefix("APP_"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func (r *topicRecorder) on(topic string) []*message.Message {
 // and store on the shared database and region.
 func instance(t *testing.T, db testDB, region string, pub message.Publisher, timeout time.Duration) *aggregator.Aggregator {
 	t.Helper()
-	repo, err := jdbc.NewLockRepository(db.DB, jdbc.WithRegion(region))
+	repo, err := jdbc.NewLockRepository(context.Background(), db.DB, jdbc.WithRegion(region))
 	if err != nil {
 		t.Fatal(err)
 	}

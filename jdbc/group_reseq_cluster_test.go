@@ -80,7 +80,7 @@ func TestReseqClusterReleasesEveryGroupCompleteAndInOrderOnPostgres(t *testing.T
 	kills := make([]context.CancelFunc, handlers)
 	regs := make([]*registry.Registry, handlers)
 	for h := range handlers {
-		repo, err := jdbc.NewLockRepository(pg.DB, jdbc.WithRegion(region))
+		repo, err := jdbc.NewLockRepository(ctx, pg.DB, jdbc.WithRegion(region))
 		if err != nil {
 			t.Fatal(err)
 		}

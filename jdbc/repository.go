@@ -62,8 +62,8 @@ type holding struct {
 	held      bool // the last Acquire succeeded and no Release has ended it
 }
 
-// NewLockRepository returns a repository on db configured by opts. It does
-// no I/O: it checks the options, detects the dialect from db's driver unless
+// NewLockRepository returns a repository on db configured by opts; ctx
+// bounds the I/O it does. Today it does none: it checks the options, detects the dialect from db's driver unless
 // WithDialect is given, and compiles the queries; the statements are
 // prepared on first use. The table is not checked; call Check for that, and
 // CreateSchema to create it.
@@ -71,7 +71,7 @@ type holding struct {
 // It returns an error for a nil db (also a typed nil such as (*sql.DB)(nil)),
 // an error wrapping ErrInvalidOption for a bad option, and one wrapping
 // ErrUnknownDialect when the driver is not recognised.
-func NewLockRepository(db DB, opts ...Option) (*LockRepository, error) {
+func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockRepository, error) {
 	cfg, err := newConfig(db, opts)
 	if err != nil {
 		return nil, err

@@ -555,12 +555,12 @@ func TestRegionsAreIndependent(t *testing.T) {
 
 func TestClientIDIsARandomUUIDByDefault(t *testing.T) {
 	db := offlineDB(t)
-	a, _ := jdbc.NewLockRepository(db)
-	b, _ := jdbc.NewLockRepository(db, jdbc.WithClientID("worker-1"))
+	a, _ := jdbc.NewLockRepository(context.Background(), db)
+	b, _ := jdbc.NewLockRepository(context.Background(), db, jdbc.WithClientID("worker-1"))
 	if _, err := uuid.Parse(a.ClientID()); err != nil || len(a.ClientID()) != 36 {
 		t.Errorf("default ClientID %q is not a UUID", a.ClientID())
 	}
-	if c, _ := jdbc.NewLockRepository(db); c.ClientID() == a.ClientID() {
+	if c, _ := jdbc.NewLockRepository(context.Background(), db); c.ClientID() == a.ClientID() {
 		t.Error("two repositories got the same default client id")
 	}
 	if b.ClientID() != "worker-1" {
@@ -670,7 +670,7 @@ func TestInvalidOptionsAreErrInvalidOption(t *testing.T) {
 		{"WithRenewQuery", jdbc.WithRenewQuery(" ")},
 		{"WithReleaseQuery", jdbc.WithReleaseQuery("DELETE FROM %sLOCK WHERE CREATED_DATE < '12:00'")},
 	} {
-		_, err := jdbc.NewLockRepository(db, c.opt)
+		_, err := jdbc.NewLockRepository(context.Background(), db, c.opt)
 		if !errors.Is(err, jdbc.ErrInvalidOption) || !strings.Contains(err.Error(), c.option) {
 			t.Errorf("NewLockRepository: got %v, want ErrInvalidOption naming %s", err, c.option)
 		}
@@ -692,7 +692,7 @@ func TestValidEdgeOptionsAreAccepted(t *testing.T) {
 		jdbc.WithClientID(strings.Repeat("c", 36)),
 		jdbc.WithDialect(jdbc.Postgres),
 	} {
-		if _, err := jdbc.NewLockRepository(db, opt); err != nil {
+		if _, err := jdbc.NewLockRepository(context.Background(), db, opt); err != nil {
 			t.Error(err)
 		}
 	}
@@ -705,10 +705,10 @@ func TestNilDatabaseIsAnError(t *testing.T) {
 		"nil *sqlx.DB":   (*sqlx.DB)(nil),
 		"empty *sqlx.DB": &sqlx.DB{},
 	} {
-		if _, err := jdbc.NewLockRepository(db, jdbc.WithDialect(jdbc.Postgres)); err == nil {
+		if _, err := jdbc.NewLockRepository(context.Background(), db, jdbc.WithDialect(jdbc.Postgres)); err == nil {
 			t.Errorf("NewLockRepository(%s) succeeded", name)
 		}
-		if _, err := jdbc.NewLockRepository(db); err == nil {
+		if _, err := jdbc.NewLockRepository(context.Background(), db); err == nil {
 			t.Errorf("NewLockRepository(%s) without WithDialect succeeded", name)
 		}
 		if err := jdbc.CreateSchema(context.Background(), db); err == nil {
@@ -728,7 +728,7 @@ func (w wrappedDriverDB) Driver() driver.Driver { return wrappedDriver{w.DB.Driv
 func TestUnknownDriverNeedsWithDialect(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		wrapped := wrappedDriverDB{db.DB}
-		if _, err := jdbc.NewLockRepository(wrapped); !errors.Is(err, jdbc.ErrUnknownDialect) {
+		if _, err := jdbc.NewLockRepository(context.Background(), wrapped); !errors.Is(err, jdbc.ErrUnknownDialect) {
 			t.Fatalf("got %v, want ErrUnknownDialect", err)
 		}
 		repo := newRepoOn(t, wrapped, jdbc.WithRegion(randomRegion()), jdbc.WithDialect(db.Dialect))

@@ -213,7 +213,7 @@ func procFuzzChild() ([2]int64, error) {
 		errs []error
 	)
 	for g := range procFuzzGoroutines {
-		repo, err := jdbc.NewLockRepository(db, jdbc.WithRegion(region))
+		repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithRegion(region))
 		if err != nil {
 			return counts, err
 		}

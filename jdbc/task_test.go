@@ -35,7 +35,7 @@ type taskNode struct {
 
 func newTaskNode(t testing.TB, db jdbc.DB, region string, opts ...registry.Option) taskNode {
 	t.Helper()
-	repo, err := jdbc.NewLockRepository(db, jdbc.WithRegion(region))
+	repo, err := jdbc.NewLockRepository(context.Background(), db, jdbc.WithRegion(region))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +406,7 @@ func TestTaskLockClockSkew(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer bdb.Close()
-			repo, err := jdbc.NewLockRepository(bdb, jdbc.WithRegion(region))
+			repo, err := jdbc.NewLockRepository(context.Background(), bdb, jdbc.WithRegion(region))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -90,7 +90,7 @@ func run(out io.Writer, dsn string, orders int) error {
 	// Two instances: each has its own lock repository (client id), registry,
 	// store handle and router, and consumes its own share of the lines.
 	for i := range 2 {
-		repo, err := jdbc.NewLockRepository(db, jdbc.WithRegion(region))
+		repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithRegion(region))
 		if err != nil {
 			return err
 		}

@@ -58,7 +58,7 @@ func run(out io.Writer, dsn string, turns int) error {
 	// One repository and registry per instance: each has its own client id.
 	var instances []*registry.Registry
 	for range 2 {
-		repo, err := jdbc.NewLockRepository(db)
+		repo, err := jdbc.NewLockRepository(ctx, db)
 		if err != nil {
 			return err
 		}

@@ -127,7 +127,7 @@ func run(ctx context.Context, out io.Writer, dsn string) error {
 }
 
 func instance(db *sqlx.DB) (*registry.Registry, error) {
-	repo, err := jdbc.NewLockRepository(db)
+	repo, err := jdbc.NewLockRepository(context.Background(), db)
 	if err != nil {
 		return nil, err
 	}

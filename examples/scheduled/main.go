@@ -58,7 +58,7 @@ func run(ctx context.Context, out io.Writer, file string, interval time.Duration
 	)
 	for _, name := range []string{"scheduler-A", "scheduler-B"} {
 		// One repository per instance: each has its own client id.
-		repo, err := jdbc.NewLockRepository(db)
+		repo, err := jdbc.NewLockRepository(ctx, db)
 		if err != nil {
 			return err
 		}

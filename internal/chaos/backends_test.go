@@ -216,7 +216,7 @@ func newRegistry(t testing.TB, db *sqlx.DB, d jdbc.Dialect, region string, opts 
 	if d == jdbc.Postgres {
 		repoOpts = append(repoOpts, jdbc.WithListener(pgxlisten.New(db.DB)))
 	}
-	repo, err := jdbc.NewLockRepository(db, repoOpts...)
+	repo, err := jdbc.NewLockRepository(context.Background(), db, repoOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}

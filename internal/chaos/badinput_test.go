@@ -95,7 +95,7 @@ func TestHostileKeysLockExactlyOnce(t *testing.T) {
 					}
 				})
 			}
-			repo, err := jdbc.NewLockRepository(db)
+			repo, err := jdbc.NewLockRepository(ctx, db)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +118,7 @@ func TestPrefixesThatAreNotIdentifiersAreInvalidOptions(t *testing.T) {
 			db := b.open(t)
 			for _, p := range prefixes {
 				noPanic(t, fmt.Sprintf("prefix %q", p), func() {
-					if _, err := jdbc.NewLockRepository(db, jdbc.WithPrefix(p)); !errors.Is(err, jdbc.ErrInvalidOption) || !strings.Contains(err.Error(), "WithPrefix") {
+					if _, err := jdbc.NewLockRepository(context.Background(), db, jdbc.WithPrefix(p)); !errors.Is(err, jdbc.ErrInvalidOption) || !strings.Contains(err.Error(), "WithPrefix") {
 						t.Errorf("NewLockRepository(WithPrefix(%q)): %v, want ErrInvalidOption naming WithPrefix", p, err)
 					}
 					if err := jdbc.CreateSchema(context.Background(), db, jdbc.WithPrefix(p)); !errors.Is(err, jdbc.ErrInvalidOption) {
@@ -172,7 +172,7 @@ func TestANilDatabaseIsAnError(t *testing.T) {
 	for name, db := range map[string]jdbc.DB{"nil": nil, "(*sql.DB)(nil)": (*sql.DB)(nil), "(*sqlx.DB)(nil)": (*sqlx.DB)(nil),
 		"&sqlx.DB{}": &sqlx.DB{}} {
 		noPanic(t, name, func() {
-			if repo, err := jdbc.NewLockRepository(db); err == nil || repo != nil {
+			if repo, err := jdbc.NewLockRepository(context.Background(), db); err == nil || repo != nil {
 				t.Errorf("NewLockRepository(%s): %v, %v; want an error", name, repo, err)
 			}
 			if err := jdbc.CreateSchema(context.Background(), db); err == nil {
@@ -191,7 +191,7 @@ func TestAClosedDatabaseFailsLockAttemptsWithItsError(t *testing.T) {
 			run := newRun()
 			closed := b.open(t)
 			closed.Close()
-			repo, err := jdbc.NewLockRepository(closed, jdbc.WithRegion(run))
+			repo, err := jdbc.NewLockRepository(context.Background(), closed, jdbc.WithRegion(run))
 			if err != nil {
 				t.Fatalf("NewLockRepository does no I/O, yet: %v", err)
 			}
@@ -233,7 +233,7 @@ func TestAMissingTableIsErrNoTable(t *testing.T) {
 	for _, b := range allBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			db := b.open(t)
-			repo, err := jdbc.NewLockRepository(db, jdbc.WithPrefix("CHAOS_MISSING_"), jdbc.WithRegion(newRun()))
+			repo, err := jdbc.NewLockRepository(context.Background(), db, jdbc.WithPrefix("CHAOS_MISSING_"), jdbc.WithRegion(newRun()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -275,7 +275,7 @@ func TestTheWrongDialectIsAClearErrorNeverALock(t *testing.T) {
 					continue
 				}
 				noPanic(t, string(d), func() {
-					repo, err := jdbc.NewLockRepository(db, jdbc.WithDialect(d), jdbc.WithRegion(run))
+					repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithDialect(d), jdbc.WithRegion(run))
 					if err != nil {
 						t.Fatalf("WithDialect(%s): %v", d, err)
 					}

@@ -83,7 +83,7 @@ func TestAProcessClockFarFromTheDatabasesChangesNothing(t *testing.T) {
 				defer pool.Close()
 				// No listener: a goroutine blocked on the network would
 				// keep the bubble's clock from moving.
-				repo, err := jdbc.NewLockRepository(pool, jdbc.WithRegion(run))
+				repo, err := jdbc.NewLockRepository(ctx, pool, jdbc.WithRegion(run))
 				if err != nil {
 					t.Fatal(err)
 				}

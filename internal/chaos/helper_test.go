@@ -136,7 +136,7 @@ func (c *childEnv) registry(onError func(string, error)) (*registry.Registry, er
 	if c.dialect == jdbc.Postgres {
 		opts = append(opts, jdbc.WithListener(pgxlisten.New(c.db.DB)))
 	}
-	repo, err := jdbc.NewLockRepository(c.db, opts...)
+	repo, err := jdbc.NewLockRepository(context.Background(), c.db, opts...)
 	if err != nil {
 		return nil, err
 	}

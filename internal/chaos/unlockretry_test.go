@@ -50,7 +50,7 @@ func TestAnUnlockWhoseCommittedReleaseLostItsReplyIsNotALostLease(t *testing.T) 
 			defer cancel()
 			regB := newRegistry(t, db, b.dialect, run)
 			other := regB.Obtain("k")
-			repoA, err := jdbc.NewLockRepository(db, jdbc.WithRegion(run))
+			repoA, err := jdbc.NewLockRepository(ctx, db, jdbc.WithRegion(run))
 			if err != nil {
 				t.Fatal(err)
 			}

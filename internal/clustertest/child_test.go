@@ -238,7 +238,7 @@ func runChild(cfg childConfig) error {
 	db.SetMaxIdleConns(conns)
 
 	clientID := fmt.Sprintf("clustertest-%d-%s", cfg.Index, uuid.NewString()[:8])
-	repo, err := jdbc.NewLockRepository(db, jdbc.WithRegion(cfg.Region), jdbc.WithClientID(clientID),
+	repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithRegion(cfg.Region), jdbc.WithClientID(clientID),
 		jdbc.WithListener(pgxlisten.New(db)))
 	if err != nil {
 		return err

@@ -3,7 +3,7 @@
 // pgx driver (github.com/jackc/pgx/v5/stdlib):
 //
 //	db, _ := sql.Open("pgx", dsn)
-//	repo, err := jdbc.NewLockRepository(db, jdbc.WithListener(pgxlisten.New(db)))
+//	repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithListener(pgxlisten.New(db)))
 //
 // The listener copies the connection settings of db's connections and
 // listens on a connection of its own, outside db's pool, opened while

@@ -4,7 +4,7 @@
 // connection string:
 //
 //	db, _ := sql.Open("postgres", dsn)
-//	repo, err := jdbc.NewLockRepository(db, jdbc.WithListener(pqlisten.New(dsn)))
+//	repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithListener(pqlisten.New(dsn)))
 //
 // The connection is opened while registries wait and closed when the
 // repository is; after a failure the repository reports it and reconnects.

@@ -40,7 +40,7 @@ func TestWithDistributedLocker(t *testing.T) {
 	settled := make(chan struct{}, 2)
 	var schedulers []gocron.Scheduler
 	for range 2 {
-		repo, err := jdbc.NewLockRepository(db)
+		repo, err := jdbc.NewLockRepository(ctx, db)
 		if err != nil {
 			t.Fatal(err)
 		}
