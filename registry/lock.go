@@ -69,9 +69,14 @@ type Lock interface {
 	// Renew extends the held lease by the TTL it was taken with (Spring's
 	// renewLock). It returns ErrNotHeld if the lock is not held and an error
 	// wrapping ErrLockLost if the lease already expired: renewal never
-	// revives an expired lease. The lock stays held locally in both cases
-	// until unlocked. Transient errors are retried until ctx is done or the
-	// lease has expired.
+	// revives an expired lease. Done closes once per hold and never
+	// reopens, so once it has closed (the safety margin passed, or a
+	// renewal found the lease lost) the hold counts as lost: Renew then
+	// returns an error wrapping ErrLockLost without asking the repository,
+	// and so does a renewal whose reply arrives after Done closed. Unlock
+	// and lock again to go on. The lock stays held locally in all these
+	// cases until unlocked. Transient errors are retried until ctx is done
+	// or the lease has expired.
 	Renew(ctx context.Context) error
 
 	// RenewTTL is Renew with a new lease duration, used from then on.
@@ -89,7 +94,8 @@ type Lock interface {
 	// may have ended: on unlock, when a renewal finds the lease lost, and a
 	// safety margin (a fifth of the TTL) before the lease would expire
 	// unless it has been renewed by then. Work guarded by the lock should
-	// stop when it closes. For a lock that is not held it returns a closed
+	// stop when it closes. It closes at most once per hold and never
+	// reopens: a later Renew reports ErrLockLost. For a lock that is not held it returns a closed
 	// channel. With [WithKeepAlive] leases are renewed in the background,
 	// so Done closes only when renewal fails for too long.
 	Done() <-chan struct{}
@@ -466,6 +472,7 @@ func (h *lock) renew(ctx context.Context, ttl time.Duration) error {
 	}
 	l.mu.Lock()
 	cur := l.cur
+	lost := cur != nil && cur.lost
 	if cur != nil && ttl == 0 {
 		ttl = cur.ttl
 	}
@@ -473,28 +480,41 @@ func (h *lock) renew(ctx context.Context, ttl time.Duration) error {
 	if cur == nil {
 		return h.wrap("renew", ErrNotHeld)
 	}
+	if lost {
+		return h.wrap("renew", errGivenUp)
+	}
 	sent := time.Now()
 	err := l.retry(ctx, "renew", cur, func(ctx context.Context) error {
 		return l.reg.repo.Renew(ctx, l.key, ttl)
 	})
-	l.renewed(cur, ttl, sent, err)
+	if l.renewed(cur, ttl, sent, err) {
+		return h.wrap("renew", errGivenUp)
+	}
 	return err
 }
 
-// renewed records the outcome of a renewal of h sent at sent.
-func (l *lock) renewed(h *hold, ttl time.Duration, sent time.Time, err error) {
+// errGivenUp reports a renewal of a hold whose Done channel has closed.
+var errGivenUp = fmt.Errorf("%w: Done closed before the renewal took effect, so the hold is given up; unlock and lock again", ErrLockLost)
+
+// renewed records the outcome of a renewal of h sent at sent. It reports
+// whether the renewal succeeded after h's Done channel had closed: Done
+// never reopens, so such a renewal does not revive the hold.
+func (l *lock) renewed(h *hold, ttl time.Duration, sent time.Time, err error) (givenUp bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.cur != h {
-		return // unlocked meanwhile
+		return false // unlocked meanwhile
 	}
 	switch {
+	case err == nil && h.lost:
+		return true
 	case err == nil:
 		h.ttl = ttl
 		l.arm(h, sent, ttl)
 	case errors.Is(err, ErrLockLost):
 		l.lose(h)
 	}
+	return false
 }
 
 // arm sets h's expiry from the send time of the statement that took or

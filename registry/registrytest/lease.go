@@ -24,6 +24,7 @@ func runLease(t *testing.T, b Backend) {
 		{"DoneClosesBeforeAnUnrenewedLeaseExpires", testDoneBeforeExpiry},
 		{"KeepAliveHoldsLeaseBeyondTTL", testKeepAlive},
 		{"DoneClosesWhenRenewalFindsLeaseLost", testDoneOnLostRenewal},
+		{"RenewAfterDoneClosedReportsLockLost", testRenewAfterDone},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, b) })
 	}
@@ -143,6 +144,27 @@ func testDoneBeforeExpiry(t *testing.T, b Backend) {
 	}
 	if r2.Obtain(key(t)).TryLock() {
 		t.Fatal("when Done closed, another registry could already take the lease")
+	}
+	wantLostOrNil(t, l.UnlockContext(ctxT(t)))
+}
+
+func testRenewAfterDone(t *testing.T, b Backend) {
+	const lease = time.Second
+	r := newRegistry(t, b, registry.WithTTL(lease))
+	l := r.Obtain(key(t))
+	must(t, l.LockContext(ctxT(t)))
+	select {
+	case <-l.Done():
+	case <-time.After(10 * lease):
+		t.Fatal("Done did not close although the lease was never renewed")
+	}
+	if err := l.Renew(ctxT(t)); !errors.Is(err, registry.ErrLockLost) {
+		t.Fatalf("Renew after Done closed: %v, want an error wrapping ErrLockLost", err)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Done reopened after a renewal")
 	}
 	wantLostOrNil(t, l.UnlockContext(ctxT(t)))
 }
