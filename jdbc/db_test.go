@@ -226,7 +226,7 @@ func (db testDB) leaseOf(t testing.TB, table, region, lockKey string) (lease, bo
 	case jdbc.MySQL:
 		remaining = `TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), EXPIRED_AFTER)`
 	case jdbc.SQLite:
-		remaining = `CAST((julianday(EXPIRED_AFTER) - julianday('now')) * 86400000000 AS INTEGER)`
+		remaining = sqliteMillis(`EXPIRED_AFTER`) + ` * 1000 - ` + sqliteMillis(`'now'`) + ` * 1000`
 	}
 	var (
 		l       lease
@@ -370,4 +370,11 @@ func (db testDB) waitBlocked(t testing.TB, blocker int64) {
 		}
 		time.Sleep(interval)
 	}
+}
+
+// sqliteMillis is SQLite's time t (a time text or 'now') in milliseconds
+// since 1970, exactly: julianday's doubles are off by up to about 40 µs, so
+// they are rounded to the millisecond SQLite's times hold.
+func sqliteMillis(t string) string {
+	return `CAST(ROUND((julianday(` + t + `) - 2440587.5) * 86400000.0) AS INTEGER)`
 }

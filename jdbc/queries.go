@@ -101,6 +101,14 @@ var (
 	pgDeleteExpiredWaiters = `DELETE FROM %sLOCK_WAIT WHERE REGION = :region AND WAITING_UNTIL < NOW`
 )
 
+// sqliteNowMicros is SQLite's clock in microseconds since 1970: exactly the
+// whole milliseconds its 'now' holds, times 1000, the instant of the
+// statement's CREATED_DATE text. julianday('now') is a double whose unit in
+// the last place is about 40 µs, so it is rounded to the millisecond it
+// stands for; without the rounding a token could lie after the acquisition,
+// and a lockAtLeastFor measured from it ended late.
+const sqliteNowMicros = `CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000`
+
 var defaultSQL = map[Dialect]dialectSQL{
 	Postgres: {
 		// ON CONFLICT waits for a racing insert of the same key to commit and
@@ -135,7 +143,7 @@ var defaultSQL = map[Dialect]dialectSQL{
 		acquire: `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE) ` +
 			`VALUES (:lock_key, :region, :client_id, strftime('%Y-%m-%d %H::%M::%f', 'now'), ` +
 			`strftime('%Y-%m-%d %H::%M::%f', 'now', printf('%.6f seconds', :ttl / 1000000.0)), ` +
-			`CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)) ` +
+			sqliteNowMicros + `) ` +
 			`ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET CLIENT_ID = excluded.CLIENT_ID, EXPIRED_AFTER = excluded.EXPIRED_AFTER, ` +
 			`FENCE = max(%sLOCK.FENCE + 1, excluded.FENCE) ` +
 			`WHERE %sLOCK.CLIENT_ID = excluded.CLIENT_ID OR %sLOCK.EXPIRED_AFTER < excluded.CREATED_DATE ` +

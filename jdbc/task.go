@@ -39,11 +39,14 @@ var taskReleaseSQL = map[Dialect]string{
 		`TIMESTAMP('1970-01-01') + INTERVAL (FENCE + :ttl) MICROSECOND, ` +
 		`UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND)), CLIENT_ID = NULL ` +
 		`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`,
-	// SQLite keeps milliseconds: FENCE + ttl is rounded up to the next one
-	// so that the lock never ends before acquisition + lockAtLeastFor. The
-	// times are text in one format, so max and min compare them correctly.
+	// SQLite keeps milliseconds: FENCE + ttl is rounded up to the next one,
+	// in integer arithmetic, so that the lock never ends before acquisition
+	// + lockAtLeastFor and not a millisecond later (strftime rounds a
+	// fractional unixepoch to the nearest millisecond, and a whole number
+	// of milliseconds divided by 1000.0 stays closest to itself). The times
+	// are text in one format, so max and min compare them correctly.
 	SQLite: `UPDATE %sLOCK SET EXPIRED_AFTER = max(strftime('%Y-%m-%d %H::%M::%f', 'now'), min(` +
-		`strftime('%Y-%m-%d %H::%M::%f', (FENCE + :ttl + 999) / 1000000.0, 'unixepoch'), ` +
+		`strftime('%Y-%m-%d %H::%M::%f', ((FENCE + :ttl + 999) / 1000) / 1000.0, 'unixepoch'), ` +
 		`strftime('%Y-%m-%d %H::%M::%f', 'now', printf('%.6f seconds', :ttl / 1000000.0)))), CLIENT_ID = NULL ` +
 		`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`,
 }

@@ -77,7 +77,7 @@ func taskRow(t testing.TB, db testDB, region, name string) (owner string, remain
 	case jdbc.MySQL:
 		rem = `TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), EXPIRED_AFTER)`
 	case jdbc.SQLite:
-		rem = `CAST((julianday(EXPIRED_AFTER) - julianday('now')) * 86400000000 AS INTEGER)`
+		rem = sqliteMillis(`EXPIRED_AFTER`) + ` * 1000 - ` + sqliteMillis(`'now'`) + ` * 1000`
 	}
 	var (
 		client sql.NullString
@@ -361,6 +361,49 @@ func TestTaskLockOtherClientCannotUnlock(t *testing.T) {
 		mustSkip(t, b, name)
 		if err := l.Unlock(ctxb); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// ReleaseAfter measures lockAtLeastFor from the acquisition exactly: the
+// kept row expires lockAtLeastFor after its CREATED_DATE (the acquisition of
+// a new row), not a rounding step later, on every database's clock. On
+// SQLite the token once came from julianday's doubles, about 40 µs coarse,
+// and the expiry was rounded to the nearest millisecond after adding 999 µs.
+func TestTaskReleaseAfterEndsExactlyLockAtLeastForAfterAcquisition(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		region := randomRegion()
+		repo, err := jdbc.NewLockRepository(ctxb, db.DB, jdbc.WithRegion(region))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { repo.Close(ctxb) })
+		var span string
+		switch db.Dialect {
+		case jdbc.Postgres:
+			span = `CAST(EXTRACT(EPOCH FROM (EXPIRED_AFTER - CREATED_DATE)) * 1000000 AS BIGINT)`
+		case jdbc.MySQL:
+			span = `TIMESTAMPDIFF(MICROSECOND, CREATED_DATE, EXPIRED_AFTER)`
+		case jdbc.SQLite:
+			span = `(` + sqliteMillis(`EXPIRED_AFTER`) + ` - ` + sqliteMillis(`CREATED_DATE`) + `) * 1000`
+		}
+		const atLeast = time.Hour + 7*time.Millisecond
+		for i := range 20 {
+			name := fmt.Sprintf("%s-%d", taskName(), i)
+			if _, ok, err := repo.Acquire(ctxb, name, time.Minute); !ok || err != nil {
+				t.Fatalf("Acquire = %v, %v", ok, err)
+			}
+			if err := repo.ReleaseAfter(ctxb, name, atLeast); err != nil {
+				t.Fatal(err)
+			}
+			var micros int64
+			if err := db.DB.QueryRowContext(ctxb, db.q(`SELECT `+span+` FROM `+lockTable+` WHERE REGION = ? AND LOCK_KEY = ?`),
+				region, jdbc.UUIDKey(name)).Scan(&micros); err != nil {
+				t.Fatal(err)
+			}
+			if got := time.Duration(micros) * time.Microsecond; got != atLeast {
+				t.Fatalf("acquisition %d: the row is kept %v after it was taken, want exactly %v", i, got, atLeast)
+			}
 		}
 	})
 }
