@@ -68,12 +68,17 @@ type Config struct {
 	OutputTopic string
 
 	// Store keeps the groups. Default: a new [groupstore.Memory], which
-	// makes the resequencer a single-instance one. Instances that
-	// resequence together share a store (and region) and a lock registry.
+	// keeps them in this process only and loses them when it ends: a
+	// single-instance resequencer. Instances that resequence together share a
+	// store (and region) and a lock registry. Without a Store or Locks the
+	// resequencer says so in one info log line when it starts (AddHandler,
+	// or else its first Handle or RunTimeouts).
 	Store groupstore.Store
 	// Locks serializes the handling of each group across goroutines and,
 	// when backed by a shared repository, across instances. Default:
-	// [registry.NewLocal]. The resequencer does not close it.
+	// [registry.NewLocal], whose locks hold in this process only, so
+	// instances sharing a Store do not take turns on a group. The
+	// resequencer does not close it.
 	Locks registry.LockRegistry
 	// LockPrefix is prepended to the correlation key to form the group's
 	// lock key. Default: DefaultLockPrefix.
@@ -138,7 +143,8 @@ type Config struct {
 	DiscardPublisher message.Publisher
 	DiscardTopic     string
 
-	// Logger logs discards, lost locks and runner errors. Default: the
+	// Logger logs discards, lost locks, runner errors and the in-memory
+	// defaults. Default: the
 	// router's logger when added with [Resequencer.AddHandler], otherwise
 	// slog's default logger.
 	Logger watermill.LoggerAdapter

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -55,12 +56,18 @@ type Core struct {
 	kind      Kind
 	loggerSet bool
 	namespace uuid.UUID
+
+	// defaults is the note on the in-memory defaults New applied, "" if
+	// none; noted makes announce log it once.
+	defaults string
+	noted    sync.Once
 }
 
 // New returns the core of a handler of kind k configured by cfg, after
 // applying the defaults. The caller checks cfg first.
 func New(k Kind, cfg Config) *Core {
 	loggerSet := cfg.Logger != nil
+	defaults := defaultsNote(k.Name, cfg.Store == nil, cfg.Locks == nil)
 	cfg.setDefaults(k)
 	if !loggerSet {
 		cfg.Logger = watermill.NewSlogLogger(nil)
@@ -69,6 +76,7 @@ func New(k Kind, cfg Config) *Core {
 		Config:    cfg,
 		kind:      k,
 		loggerSet: loggerSet,
+		defaults:  defaults,
 		// The namespace differs per kind so that an aggregator and a
 		// resequencer never give two different outputs one UUID.
 		namespace: uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/lockreg/lockreg/"+k.Name)),
@@ -84,12 +92,40 @@ func (c *Core) AddHandler(r *message.Router, handlerName, subscribeTopic string,
 		c.Logger = r.Logger()
 	}
 	c.Logger = c.Logger.With(watermill.LogFields{c.kind.Name: handlerName})
+	c.announce()
 	return r.AddConsumerHandler(handlerName, subscribeTopic, &runnerSubscriber{Subscriber: sub, run: runTimeouts}, handle)
+}
+
+// defaultsNote is the note logged when a handler of kind name starts
+// without a Store (noStore) or Locks (noLocks), or "" if it has both.
+func defaultsNote(name string, noStore, noLocks bool) string {
+	switch {
+	case noStore && noLocks:
+		return "No Config.Store or Config.Locks: the " + name + " keeps its groups in memory and locks them in this process; it is single-instance and loses its groups on restart"
+	case noStore:
+		return "No Config.Store: the " + name + " keeps its groups in this process's memory; they are not shared with other instances and are lost on restart"
+	case noLocks:
+		return "No Config.Locks: the " + name + " locks groups in this process only; instances sharing its Store do not take turns on a group"
+	}
+	return ""
+}
+
+// announce logs, at info level and once per handler, that it runs on
+// in-memory defaults. It is called where the handler starts: AddHandler,
+// after adopting the router's logger, or else the first Identify (Handle)
+// or RunTimeouts.
+func (c *Core) announce() {
+	c.noted.Do(func() {
+		if c.defaults != "" {
+			c.Logger.Info(c.defaults, nil)
+		}
+	})
 }
 
 // Identify returns the correlation key and the id of msg, or an error
 // wrapping ErrNoCorrelationKey or ErrNoMessageID.
 func (c *Core) Identify(msg *message.Message) (key, id string, err error) {
+	c.announce()
 	key = c.Correlation(msg)
 	if key == "" {
 		return "", "", fmt.Errorf("%w: message %s", c.kind.ErrNoCorrelationKey, msg.UUID)

@@ -20,6 +20,7 @@ const claimBatch = 100
 // expire, under the group lock; see [Core.Expire]. Failures are logged and
 // retried when the claim's lease ends.
 func (c *Core) RunTimeouts(ctx context.Context, expire func(context.Context, groupstore.Group) error) error {
+	c.announce()
 	t := time.NewTicker(c.PollInterval)
 	defer t.Stop()
 	for {
