@@ -3,7 +3,10 @@ package aggregator
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"sync"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/lockreg/lockreg/groupstore"
@@ -22,6 +25,8 @@ type Aggregator struct {
 	// defaulted.
 	cfg  Config
 	core *grouphandler.Core
+	// reported holds the groups reported for lacking sequence sizes.
+	reported reportedGroups
 }
 
 // New returns an aggregator configured by cfg after applying defaults. It
@@ -73,6 +78,7 @@ func (a *Aggregator) Handle(msg *message.Message) error {
 	if err != nil || !more {
 		return err
 	}
+	a.checkSequenceSize(key, g.ID, msg)
 	var loaded *groupstore.Group
 	var view *Group
 	if a.cfg.Release.needsMessages() {
@@ -100,6 +106,61 @@ func (a *Aggregator) Handle(msg *message.Message) error {
 		return nil
 	}
 	return a.release(ctx, sg, toGroup(sg, false))
+}
+
+// reportLimit bounds the groups an aggregator remembers having reported.
+const reportLimit = 4096
+
+// reportedGroups remembers groups by key and ID (incarnation) so that
+// each is reported once per process. Past reportLimit groups it forgets them all,
+// which bounds its memory; a group still open then may be reported again.
+type reportedGroups struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+}
+
+// first reports whether id is new, and remembers it.
+func (r *reportedGroups) first(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.ids[id]; ok {
+		return false
+	}
+	if r.ids == nil || len(r.ids) >= reportLimit {
+		r.ids = make(map[string]struct{})
+	}
+	r.ids[id] = struct{}{}
+	return true
+}
+
+// checkSequenceSize reports, with ReleaseOnSequenceSize, a message of group
+// key (incarnation groupID) without a valid SequenceSizeKey: the strategy
+// never releases a group on it, and a group whose first message lacks it
+// waits for its timeout, or forever without one. It logs at error level,
+// Watermill's LoggerAdapter having no warning level, once per group and
+// process, not per message.
+func (a *Aggregator) checkSequenceSize(key, groupID string, msg *message.Message) {
+	if a.cfg.Release.kind != releaseSequence {
+		return
+	}
+	v := msg.Metadata.Get(SequenceSizeKey)
+	if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		return
+	}
+	if !a.reported.first(key + "\x00" + groupID) {
+		return
+	}
+	outcome := "the group waits forever: no GroupTimeout"
+	switch {
+	case a.cfg.GroupTimeout > 0 && a.cfg.SendPartialResultOnExpiry:
+		outcome = "GroupTimeout releases the group as a partial result"
+	case a.cfg.GroupTimeout > 0:
+		outcome = "GroupTimeout discards the group"
+	}
+	a.core.Logger.Error("Message without a sequence size: ReleaseOnSequenceSize (the default Release) does not release its group on it; "+
+		"for messages without sequence metadata set Config.Release to ReleaseOnCount, or ReleaseOnTimeout with a GroupTimeout",
+		fmt.Errorf("%w: %s %q", ErrNoSequenceSize, SequenceSizeKey, v),
+		watermill.LogFields{"group": key, "message_uuid": msg.UUID, "outcome": outcome})
 }
 
 // Discard reasons of messages that do not fit their group's sequence.

@@ -56,12 +56,17 @@ type Config struct {
 	OutputTopic string
 
 	// Store keeps the groups. Default: a new [groupstore.Memory], which
-	// makes the aggregator a single-instance one. Instances that aggregate
-	// together share a store (and region) and a lock registry.
+	// keeps them in this process only and loses them when it ends: a
+	// single-instance aggregator. Instances that aggregate together share a
+	// store (and region) and a lock registry. Without a Store or Locks the
+	// aggregator says so in one info log line when it starts (AddHandler,
+	// or else its first Handle or RunTimeouts).
 	Store groupstore.Store
 	// Locks serializes the handling of each group across goroutines and,
 	// when backed by a shared repository, across instances. Default:
-	// [registry.NewLocal]. The aggregator does not close it.
+	// [registry.NewLocal], whose locks hold in this process only, so
+	// instances sharing a Store do not take turns on a group. The
+	// aggregator does not close it.
 	Locks registry.LockRegistry
 	// LockPrefix is prepended to the correlation key to form the group's
 	// lock key, so that two aggregators on one registry do not share locks.
@@ -83,7 +88,13 @@ type Config struct {
 	MessageID func(*message.Message) string
 
 	// Release decides when a group is complete. Default:
-	// ReleaseOnSequenceSize().
+	// ReleaseOnSequenceSize(), Spring Integration's default, which needs
+	// SequenceSizeKey metadata on every message; Watermill's own components
+	// set none. For messages that carry only a correlation id use
+	// ReleaseOnCount, ReleaseWhen, or ReleaseOnTimeout with a GroupTimeout.
+	// Under ReleaseOnSequenceSize a message without a valid size is logged
+	// at error level (Watermill's LoggerAdapter has no warning level) with
+	// an error wrapping ErrNoSequenceSize, once per group and process.
 	Release ReleaseStrategy
 	// Output builds the aggregated message from a group. The aggregator
 	// overwrites the UUID of the message it returns (see [Aggregator]).
@@ -119,7 +130,8 @@ type Config struct {
 	DiscardPublisher message.Publisher
 	DiscardTopic     string
 
-	// Logger logs discards, lost locks and runner errors. Default: the
+	// Logger logs discards, lost locks, runner errors, messages the
+	// release strategy cannot use and the in-memory defaults. Default: the
 	// router's logger when added with [Aggregator.AddHandler], otherwise
 	// slog's default logger.
 	Logger watermill.LoggerAdapter
@@ -212,7 +224,11 @@ type ReleaseStrategy struct {
 // ReleaseOnSequenceSize releases a group once it holds as many messages as
 // the SequenceSizeKey metadata of its messages says (Spring Integration's
 // default). A message without a valid positive size never completes a group
-// on arrival. Like Spring's sequence-aware groups it refuses messages that
+// on arrival, and a group whose first message lacks one is never released
+// by it: only a GroupTimeout ends such a group. The aggregator reports such
+// a message (see Config.Release) once per group and process: an aggregator
+// remembers the last 4096 groups it reported, so a group may be reported
+// again by another instance, after a restart, or after that many others. Like Spring's sequence-aware groups it refuses messages that
 // do not fit the sequence: when the group is about to be released (or
 // expires), a message whose SequenceNumberKey an earlier message has, or
 // whose SequenceSizeKey differs from the first message's, is discarded and

@@ -14,10 +14,31 @@
 //	agg, err := aggregator.New(aggregator.Config{
 //		Publisher:   publisher,
 //		OutputTopic: "orders.aggregated",
+//		Release:     aggregator.ReleaseOnCount(3), // every 3 messages of a correlation id
 //		Store:       store, // jdbc.NewGroupStore(db) to share groups between instances
 //		Locks:       locks, // registry.New(jdbcRepo) to share locks
 //	})
 //	agg.AddHandler(router, "aggregate-orders", "order.lines", subscriber)
+//
+// Without Store and Locks the aggregator keeps its groups in memory and
+// locks them in-process: a single instance that loses its groups on
+// restart, which it says in one info log line when it starts.
+//
+// # Release
+//
+// The release strategy decides when a group is complete. The default,
+// [ReleaseOnSequenceSize], is Spring Integration's: it needs the
+// "sequence_size" metadata ([SequenceSizeKey]) on every message, which a
+// Spring-style splitter sets and no Watermill component does. For
+// messages that carry only a correlation id choose [ReleaseOnCount],
+// [ReleaseWhen], or [ReleaseOnTimeout] with a Config.GroupTimeout. Under
+// ReleaseOnSequenceSize a message without a valid sequence size is kept
+// and acked, and logged at error level (Watermill loggers have no warning
+// level) with an error wrapping [ErrNoSequenceSize], once per group and
+// process, not per message. A group whose first message lacks the size is
+// never released by the strategy: it waits for its GroupTimeout, or
+// forever without one. A later message that lacks it is discarded as a
+// misfit when its group is released.
 //
 // The aggregator publishes with the publisher it is given rather than
 // returning messages from an AddHandler handler func, for three reasons. The

@@ -19,4 +19,10 @@ var (
 	// ErrLockTimeout reports that the group lock was not acquired within
 	// Config.LockTimeout; the message is nacked and redelivered.
 	ErrLockTimeout = errors.New("aggregator: group lock timeout")
+
+	// ErrNoSequenceSize is the error of the log entry, at error level, that
+	// reports a message without a valid positive SequenceSizeKey under
+	// [ReleaseOnSequenceSize]; Handle keeps and acks such a message and does
+	// not return it.
+	ErrNoSequenceSize = errors.New("aggregator: message without a valid sequence size")
 )
