@@ -20,7 +20,12 @@ import (
 	"github.com/lockreg/lockreg/registry"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The Deduplicator's default repository (dedup_test.go) starts a clean-up
+	// goroutine that nothing can stop.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(
+		"github.com/ThreeDotsLabs/watermill/message/router/middleware.(*mapExpiringKeyRepository).cleanOutLoop"))
+}
 
 // recorder is a publisher that keeps what it is given; failNext makes the
 // next publishes fail.

@@ -75,8 +75,9 @@
 //     failure in between publishes it again on redelivery or on expiry, with
 //     the same output UUID: a name-based UUID of the group's incarnation
 //     and the release's ordinal. Output is therefore at least once, and
-//     exactly once for a consumer that deduplicates by UUID (Watermill's
-//     Deduplicator middleware with a UUID key).
+//     once for a consumer that deduplicates by UUID; see below for what
+//     Watermill's Deduplicator middleware gives, and an Outbox store for
+//     exactly once without deduplication.
 //   - Late messages and the messages of expired groups go to the discard
 //     topic when configured and are logged otherwise; never dropped
 //     silently. Messages without a correlation key are an error
@@ -92,6 +93,32 @@
 // deadline passes, mid-batch, undelivered messages included; use
 // SubscribeBatchSize 1, keep Config.LockTimeout well below the ack
 // deadline, and close routers once they are idle.
+//
+// # Deduplicating consumers
+//
+// Watermill's Deduplicator middleware (message/router/middleware) drops a
+// republished output only when configured for it and only within limits:
+//
+//   - Its default KeyFactory hashes the payload, so it would also drop a
+//     different output with an equal payload. Key it by the UUID:
+//     middleware.Deduplicator{KeyFactory: func(m *message.Message)
+//     (string, error) { return m.UUID, nil }}.
+//   - Its default repository, NewMapExpiringKeyRepository, is a map in the
+//     consumer's process that forgets keys after its window (a minute by
+//     default): a copy that reaches another consumer instance, the same
+//     one after a restart, or the same one after the window is handled
+//     again. Across instances it needs an ExpiringKeyRepository that the
+//     instances share.
+//   - It records a key before the handler runs, so when the handler fails
+//     the redelivery of that copy within the window is dropped, not
+//     retried: at most once, not exactly once.
+//
+// Within one consumer process and window, then, a Deduplicator keyed by
+// UUID passes each release to its handler at most once. A consumer that
+// needs each release exactly once records the UUIDs it handled in the
+// transaction of its own effect and skips the known ones. The package's
+// tests check the key, the per-process scope and the dropped redelivery
+// with the real middleware.
 //
 // # Exactly once into a SQL topic
 //

@@ -52,7 +52,8 @@
 //     between publishes it again on redelivery or expiry, with the same
 //     output UUIDs (name-based UUIDs of the group's incarnation and the
 //     sequence number). Output is therefore at least once, and in order
-//     and exactly once for a consumer that deduplicates by UUID.
+//     and exactly once for a consumer that deduplicates by UUID (the
+//     aggregator package says what Watermill's Deduplicator gives).
 //   - With a [groupstore.Outbox] store (jdbc.NewOutbox with watermill-sql)
 //     each run is published in the transaction that records it, so it
 //     reaches the topic exactly once and in order, without deduplication.
