@@ -148,8 +148,8 @@ func WithRenewQuery(q string) Option {
 }
 
 // WithReleaseQuery replaces the statement Release executes (Close keeps
-// using the default, which deletes only this client's rows). See the package
-// documentation for the parameters. A statement that affects no row makes
+// using the default, which expires only this client's rows in place). See
+// the package documentation for the parameters. A statement that affects no row makes
 // Release fail with registry.ErrLockLost.
 func WithReleaseQuery(q string) Option {
 	return func(o *options) { o.queries[qRelease], o.querySet[qRelease] = q, true }
