@@ -57,6 +57,40 @@
 // MySQL/MariaDB and SQLite have neither: their waiters poll, and whoever
 // polls first after a release takes the lease.
 //
+// # PgBouncer
+//
+// Through PgBouncer in session pooling mode (pool_mode = session) a client
+// connection keeps one server connection, and everything works as on a
+// direct connection: prepared statements, the listener, CreateSchema.
+//
+// In transaction pooling mode (pool_mode = transaction) each statement may
+// run on another server connection. There:
+//
+//   - A prepared statement exists only on the server connection that
+//     prepared it: make the repository with WithoutPreparedStatements, and
+//     keep the driver from preparing too, with default_query_exec_mode=exec
+//     in a pgx DSN or binary_parameters=yes in a lib/pq one. Each statement
+//     still takes one round trip. Without the option statements fail, with
+//     an error that names it, or, as lib/pq names statements alike in every
+//     client, may run another client's statement of the same name.
+//   - LISTEN needs a session of its own: point the listener at PostgreSQL
+//     itself (or at a session pool) while the statements go through
+//     PgBouncer.
+//   - CreateSchema works: it runs each statement on its own, unprepared.
+//
+// With pgx, whose listener copies the settings of the database it is given:
+//
+//	db, err := sql.Open("pgx", bouncerDSN+"&default_query_exec_mode=exec")
+//	...
+//	direct, err := sql.Open("pgx", serverDSN) // PostgreSQL itself, for LISTEN
+//	...
+//	repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithoutPreparedStatements(),
+//		jdbc.WithListener(pgxlisten.New(direct)))
+//
+// and with lib/pq, sql.Open("postgres", bouncerDSN+"&binary_parameters=yes")
+// and jdbc.WithListener(pqlisten.New(serverDSN)). Module tooltest of
+// lockreg's repository checks each of these through a real PgBouncer.
+//
 // # Custom queries
 //
 // WithAcquireQuery, WithRenewQuery and WithReleaseQuery replace the default

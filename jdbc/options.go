@@ -54,6 +54,7 @@ type options struct {
 	listener   Listener
 	queueTTL   time.Duration
 	onError    func(error)
+	noPrepare  bool
 }
 
 const (
@@ -147,12 +148,24 @@ func WithRenewQuery(q string) Option {
 }
 
 // WithReleaseQuery replaces the statement Release executes (Close keeps
-// using the default, which deletes only this client's rows). See the package
-// documentation for the parameters. A statement that affects no row makes
+// using the default, which expires only this client's rows in place). See
+// the package documentation for the parameters. A statement that affects no row makes
 // Release fail with registry.ErrLockLost.
 func WithReleaseQuery(q string) Option {
 	return func(o *options) { o.queries[qRelease], o.querySet[qRelease] = q, true }
 }
+
+// WithoutPreparedStatements makes the repository send every statement as
+// it is, with its arguments, instead of preparing it once per connection of
+// db's pool. Use it when db reaches PostgreSQL through a pooler in
+// transaction mode, such as PgBouncer with pool_mode = transaction, which
+// runs each transaction on whichever server connection is free: a statement
+// prepared on one connection is missing on the next (SQLSTATE 26000), or
+// another client's statement of the same name runs in its place. The driver
+// must not prepare statements behind lockreg's back either: with pgx, put
+// default_query_exec_mode=exec in the DSN; with lib/pq,
+// binary_parameters=yes. Each statement then still takes one round trip.
+func WithoutPreparedStatements() Option { return func(o *options) { o.noPrepare = true } }
 
 var prefixPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 

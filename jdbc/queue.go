@@ -36,7 +36,8 @@ func newQueue(cfg *config) (*queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jdbc: compiling a default query: %w", err)
 	}
-	return &queue{acquireOrWait: &stmt{q: aw}, claim: &stmt{q: claim}, leave: leave, purge: purge}, nil
+	return &queue{acquireOrWait: &stmt{q: aw, unprepared: cfg.noPrepare}, claim: &stmt{q: claim, unprepared: cfg.noPrepare},
+		leave: leave, purge: purge}, nil
 }
 
 // AcquireOrWait is Acquire that, on PostgreSQL with WithListener, also

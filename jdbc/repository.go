@@ -94,7 +94,7 @@ func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockReposit
 			}
 			return nil, fmt.Errorf("jdbc: compiling a default query: %w", err) // a bug
 		}
-		prepared[i] = &stmt{q: q}
+		prepared[i] = &stmt{q: q, unprepared: cfg.noPrepare}
 	}
 	r := &LockRepository{
 		db:      db,

@@ -144,3 +144,46 @@ func TestAcquireRenewAndReleaseTakeOneRoundTripEach(t *testing.T) {
 		}
 	})
 }
+
+// With WithoutPreparedStatements and the driver settings its doc names
+// (for a pooler in transaction mode), each statement is still one round
+// trip on PostgreSQL.
+func TestWithoutPreparedStatementsEachStatementTakesOneRoundTrip(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		param := map[string]string{"postgres-pgx": "default_query_exec_mode=exec", "postgres-pq": "binary_parameters=yes"}[db.Name]
+		if param == "" {
+			t.Skip("the option's driver settings are PostgreSQL's")
+		}
+		_, server, swap := viaProxy(t, db)
+		proxy := newTurnCounter(t, server)
+		u, err := url.Parse(swap(proxy.addr()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.RawQuery += "&" + param
+		pool := openPool(t, db.driver, u.String())
+		repo := newRepoOn(t, pool, jdbc.WithRegion(randomRegion()), jdbc.WithoutPreparedStatements())
+		ctx := context.Background()
+		// Connects; pgx pings a connection on its first reuse.
+		for range 2 {
+			mustAcquire(t, repo, "k", longTTL)
+		}
+		for _, op := range []struct {
+			name string
+			run  func() error
+		}{
+			{"Acquire", func() error { _, _, err := repo.Acquire(ctx, "k", longTTL); return err }},
+			{"Renew", func() error { return repo.Renew(ctx, "k", longTTL) }},
+			{"Release", func() error { return repo.Release(ctx, "k") }},
+			{"Acquire after release", func() error { _, _, err := repo.Acquire(ctx, "k", longTTL); return err }},
+		} {
+			before := proxy.turns.Load()
+			if err := op.run(); err != nil {
+				t.Fatalf("%s: %v", op.name, err)
+			}
+			if n := proxy.turns.Load() - before; n != 1 {
+				t.Errorf("%s took %d round trips, want 1", op.name, n)
+			}
+		}
+	})
+}

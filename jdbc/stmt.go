@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"sync"
 )
 
@@ -11,9 +12,11 @@ import (
 // made while it is being prepared, after preparing failed, or after close
 // execute the SQL unprepared instead, and the next call tries to prepare it
 // again. No mutex is held across a database call: close marks the statement
-// closed, and whoever stops using it last closes the *sql.Stmt.
+// closed, and whoever stops using it last closes the *sql.Stmt. With
+// unprepared set (WithoutPreparedStatements) it is never prepared.
 type stmt struct {
-	q query
+	q          query
+	unprepared bool
 
 	mu        sync.Mutex
 	st        *sql.Stmt
@@ -27,10 +30,12 @@ type stmt struct {
 func (s *stmt) exec(ctx context.Context, db DB, args []any) (sql.Result, error) {
 	st := s.get(ctx, db)
 	if st == nil {
-		return db.ExecContext(ctx, s.q.sql, args...)
+		res, err := db.ExecContext(ctx, s.q.sql, args...)
+		return res, pooled(err)
 	}
 	defer s.put()
-	return st.ExecContext(ctx, args...)
+	res, err := st.ExecContext(ctx, args...)
+	return res, pooled(err)
 }
 
 // scan executes the statement, a query of at most one row, and scans that
@@ -47,7 +52,7 @@ func (s *stmt) scan(ctx context.Context, db DB, args []any, dest ...any) (bool, 
 	case errors.Is(err, sql.ErrNoRows):
 		return false, nil
 	case err != nil:
-		return false, err
+		return false, pooled(err)
 	}
 	return true, nil
 }
@@ -55,7 +60,7 @@ func (s *stmt) scan(ctx context.Context, db DB, args []any, dest ...any) (bool, 
 // get returns the prepared statement, registered as in use, or nil.
 func (s *stmt) get(ctx context.Context, db DB) *sql.Stmt {
 	s.mu.Lock()
-	if s.closed || s.preparing {
+	if s.closed || s.preparing || s.unprepared {
 		s.mu.Unlock()
 		return nil
 	}
@@ -112,4 +117,19 @@ func (s *stmt) close() {
 	if st != nil {
 		st.Close()
 	}
+}
+
+// pooled explains the PostgreSQL errors that a pooler in transaction mode
+// gives prepared statements, which live on the server connection they were
+// prepared on: invalid_sql_statement_name (missing on this connection) and
+// duplicate_prepared_statement (another client's is there). The driver's
+// own unnamed statements meet the same fate.
+func pooled(err error) error {
+	var st sqlState
+	if !errors.As(err, &st) || (st.SQLState() != "26000" && st.SQLState() != "42P05") {
+		return err
+	}
+	return fmt.Errorf("prepared statement missing or already defined on the server connection; behind a pooler "+
+		"in transaction mode, such as PgBouncer's, use jdbc.WithoutPreparedStatements and keep the driver from "+
+		"preparing (pgx: default_query_exec_mode=exec; lib/pq: binary_parameters=yes): %w", err)
 }

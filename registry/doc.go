@@ -3,9 +3,11 @@
 //
 // A [Registry] is Spring Integration's JdbcLockRegistry for Go: [Registry.Obtain]
 // returns a [Lock] for a key; locking it first takes a local, per-key
-// primitive, so goroutines of one process that wait for the same key never
-// touch the database, and then takes a lease in the repository, retrying
-// every idle interval (default 100 ms) while another process holds it.
+// primitive, so that of the goroutines of one process that wait for the same
+// key only the first asks the database, and then takes a lease in the
+// repository, retrying every idle interval (default 100 ms) while another
+// process holds it (sooner when a repository that announces releases, such
+// as package jdbc's on PostgreSQL with a listener, wakes it).
 // Leases expire after a TTL (default 10 s) unless renewed, so a crashed
 // holder cannot block a key forever.
 //

@@ -13,8 +13,10 @@
 // Integration's default prefix INT_; [github.com/lockreg/lockreg/jdbc.CreateSchema]
 // applies the scripts with another prefix when configured to.
 //
-// The tables match Spring Integration 7's JDBC schema column for column, so
-// lockreg and Spring applications can share them.
+// INT_LOCK matches Spring Integration 7's lock table column for column, plus
+// lockreg's FENCE column, whose default keeps Spring's statements working, so
+// lockreg and Spring applications can share it. INT_LOCK_WAIT (PostgreSQL's
+// waiter queue), INT_GROUP and INT_GROUP_MESSAGE are lockreg's own.
 package sql
 
 import "embed"

@@ -16,7 +16,7 @@
 // commands in LOCKREG_CHAOS_POSTGRES_STOP/START and
 // LOCKREG_CHAOS_MYSQL_STOP/START (shell commands; the defaults suit a
 // Debian host with pg_ctlcluster and mariadbd). The flag -soak multiplies
-// counts and durations for longer runs:
+// counts and durations by -soak.factor (default 10) for longer runs:
 //
-//	go test -race -count=1 -tags chaos ./internal/chaos/ -soak=10
+//	go test -race -count=1 -tags chaos ./internal/chaos/ -soak -soak.factor=10
 package chaos

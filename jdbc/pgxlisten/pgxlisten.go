@@ -7,7 +7,9 @@
 //
 // The listener copies the connection settings of db's connections and
 // listens on a connection of its own, outside db's pool, opened while
-// registries wait and closed with the repository.
+// registries wait and closed with the repository. Behind PgBouncer in
+// transaction pooling mode, give it a database opened on PostgreSQL itself:
+// LISTEN needs a session of its own (see package jdbc).
 package pgxlisten
 
 import (

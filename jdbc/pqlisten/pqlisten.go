@@ -8,6 +8,8 @@
 //
 // The connection is opened while registries wait and closed when the
 // repository is; after a failure the repository reports it and reconnects.
+// Behind PgBouncer in transaction pooling mode, give it PostgreSQL's own
+// connection string: LISTEN needs a session of its own (see package jdbc).
 package pqlisten
 
 import (
