@@ -100,8 +100,12 @@
 //
 // # MySQL
 //
-// Acquire relies on MySQL's affected-rows count of ON DUPLICATE KEY UPDATE
-// (0 when the row was left as it was). Do not set clientFoundRows=true in the
-// go-sql-driver/mysql DSN: with it, an unchanged row counts as affected and
-// Acquire would report a lock held by another client as acquired.
+// Acquire reads its outcome from the LAST_INSERT_ID the server returns with
+// the result (the token, or 0 when the lock is held elsewhere) rather than
+// from the affected-rows count of ON DUPLICATE KEY UPDATE alone, which
+// clientFoundRows=true in the go-sql-driver/mysql DSN changes (an unchanged
+// row then counts as affected); so the default statements work with and
+// without that setting. A custom acquire query is judged by its affected
+// rows only: NewLockRepository refuses one, with ErrClientFoundRows, on
+// connections with clientFoundRows=true.
 package jdbc

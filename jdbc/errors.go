@@ -30,6 +30,13 @@ var (
 	// ErrUnknownDialect reports a database whose driver jdbc does not
 	// recognise when no WithDialect option is given.
 	ErrUnknownDialect = errors.New("jdbc: unknown dialect")
+
+	// ErrClientFoundRows reports a MySQL database whose connections count
+	// the rows a statement found rather than those it changed
+	// (clientFoundRows=true in the go-sql-driver/mysql DSN), with which a
+	// custom acquire query could not tell a lock taken from one held
+	// elsewhere. The returned error wraps it and says what to change.
+	ErrClientFoundRows = errors.New("jdbc: MySQL connections count found rows, not changed ones")
 )
 
 // sqlState is implemented by *pgconn.PgError (pgx) and *pq.Error (lib/pq).
