@@ -1,11 +1,18 @@
 package jdbc_test
 
 import (
+	"context"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/lockreg/lockreg/jdbc"
+	"github.com/lockreg/lockreg/jdbc/pgxlisten"
+	"github.com/lockreg/lockreg/jdbc/pqlisten"
 )
 
 // Misconfigurations that used to pass silently.
@@ -49,5 +56,123 @@ func TestCustomAcquireQueryWithClientFoundRowsIsRefused(t *testing.T) {
 		if !errors.Is(err, jdbc.ErrClientFoundRows) || !strings.Contains(err.Error(), "clientFoundRows=true") {
 			t.Fatalf("got %v, want an error wrapping jdbc.ErrClientFoundRows naming clientFoundRows=true", err)
 		}
+	})
+}
+
+func TestAListenerThatCannotWorkWithTheDatabaseIsRefused(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		if db.Dialect != jdbc.Postgres {
+			t.Skip("listeners are for PostgreSQL")
+		}
+		listeners := map[string]jdbc.Listener{
+			"pqlisten with a malformed connection string": pqlisten.New("postgres://%zz"),
+		}
+		if db.Name == "postgres-pq" {
+			listeners["pgxlisten on a lib/pq database"] = pgxlisten.New(db.DB)
+		}
+		for name, l := range listeners {
+			_, err := jdbc.NewLockRepository(t.Context(), db.DB, jdbc.WithListener(l))
+			if !errors.Is(err, jdbc.ErrInvalidOption) || !strings.Contains(err.Error(), "WithListener") {
+				t.Errorf("%s: got %v, want an error wrapping jdbc.ErrInvalidOption naming WithListener", name, err)
+			}
+		}
+	})
+}
+
+// sleeps makes repo's listener record the waits it asks for instead of
+// waiting, until it has asked for n; the returned function waits for that
+// and returns them.
+func sleeps(t *testing.T, repo *jdbc.LockRepository, n int) func() []time.Duration {
+	var (
+		mu     sync.Mutex
+		waits  []time.Duration
+		enough = make(chan struct{})
+	)
+	jdbc.SetListenerSleep(repo, func(ctx context.Context, d time.Duration) bool {
+		mu.Lock()
+		waits = append(waits, d)
+		got := len(waits)
+		mu.Unlock()
+		if got < n {
+			return true
+		}
+		if got == n {
+			close(enough)
+		}
+		<-ctx.Done() // the repository's Close
+		return false
+	})
+	return func() []time.Duration {
+		t.Helper()
+		select {
+		case <-enough:
+		case <-time.After(time.Minute):
+			t.Fatal("the listener did not retry")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(waits)
+	}
+}
+
+// wantBackoff checks that waits double from ListenerMinDelay up to
+// ListenerMaxDelay, with jitter: each within [delay/2, delay].
+func wantBackoff(t *testing.T, waits []time.Duration) {
+	t.Helper()
+	delay := jdbc.ListenerMinDelay
+	for i, w := range waits {
+		if w < delay/2 || w > delay {
+			t.Fatalf("wait %d is %v, want between %v and %v (all: %v)", i, w, delay/2, delay, waits)
+		}
+		delay = min(2*delay, jdbc.ListenerMaxDelay)
+	}
+	if last := waits[len(waits)-1]; last < jdbc.ListenerMaxDelay/2 {
+		t.Fatalf("the waits end at %v, below the cap's half %v (all: %v)", last, jdbc.ListenerMaxDelay/2, waits)
+	}
+}
+
+func TestAListenerThatCannotConnectRetriesWithBackoffReportingEachFailureOnce(t *testing.T) {
+	forEachPostgres(t, func(t *testing.T, db testDB, _ jdbc.Listener) {
+		var l jdbc.Listener
+		closeDB := func() {}
+		if db.Name == "postgres-pgx" {
+			pool := openPool(t, db.driver, db.dsn)
+			l, closeDB = pgxlisten.New(pool), func() { pool.Close() } // a database closed after start
+		} else {
+			l = pqlisten.New("postgres://postgres@127.0.0.1:1/none?sslmode=disable") // nobody listens on port 1
+		}
+		var reported atomic.Int32
+		repo := newRepo(t, db, jdbc.WithListener(l), jdbc.WithErrorHandler(func(error) { reported.Add(1) }))
+		const n = 12 // enough to reach the cap
+		waits := sleeps(t, repo, n)
+		closeDB()
+		stop := repo.Notify("k", make(chan struct{}, 1)) // starts the listener
+		defer stop()
+		wantBackoff(t, waits())
+		if got := reported.Load(); got != n {
+			t.Fatalf("%d failures reported, want one per failed attempt, %d", got, n)
+		}
+	})
+}
+
+// readyThenFail is a listener that fails right after it has begun to
+// listen.
+type readyThenFail struct{}
+
+func (readyThenFail) Listen(ctx context.Context, _ string, ready func(), _ func(string)) error {
+	ready()
+	return errors.New("the connection broke")
+}
+
+func TestAListenerFailingRightAfterListeningBacksOff(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		if db.Name != "postgres-pgx" {
+			t.Skip("one PostgreSQL backend is enough for a listener that needs none")
+		}
+		repo := newRepo(t, db, jdbc.WithListener(readyThenFail{}), jdbc.WithErrorHandler(func(error) {}))
+		waits := sleeps(t, repo, 12)
+		stop := repo.Notify("k", make(chan struct{}, 1))
+		defer stop()
+		wantBackoff(t, waits())
 	})
 }

@@ -87,9 +87,13 @@ func WithRegion(r string) Option { return func(o *options) { o.region = r } }
 // interval. The release statement sends the notification itself, so
 // announcing costs no extra round trip; receiving costs one connection per
 // repository, opened when the first registry waits and held until Close,
-// and re-opened after failures. Package pgxlisten provides a Listener for
-// pgx users, package pqlisten one for lib/pq users. Other dialects reject
-// this option: their waiters poll.
+// and re-opened after failures, with jittered exponential backoff from
+// 100 ms to 30 s; each failure is reported once to the error handler
+// (WithErrorHandler), and meanwhile waiters poll. Package pgxlisten provides
+// a Listener for pgx users, package pqlisten one for lib/pq users;
+// NewLockRepository refuses, with ErrInvalidOption, one of theirs that
+// cannot work with the database (pgxlisten on a lib/pq database, say).
+// Other dialects reject this option: their waiters poll.
 func WithListener(l Listener) Option { return func(o *options) { o.listener = l } }
 
 // WithQueueTTL sets how long a waiter keeps its place in a key's queue
@@ -101,8 +105,9 @@ func WithListener(l Listener) Option { return func(o *options) { o.listener = l 
 func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL = d } }
 
 // WithErrorHandler sets the function that receives errors of the
-// repository's background work: the notification listener's failures,
-// after which it reconnects. The default logs them with log/slog.
+// repository's background work: the notification listener's failures, one
+// call for each, after which it reconnects with backoff (see WithListener).
+// The default logs them with log/slog.
 func WithErrorHandler(f func(error)) Option { return func(o *options) { o.onError = f } }
 
 // WithClientID sets the client id, the identity that owns the rows this

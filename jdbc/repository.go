@@ -70,10 +70,11 @@ type holding struct {
 // a connection of db to read the driver's settings.
 //
 // It returns an error for a nil db (also a typed nil such as (*sql.DB)(nil)),
-// an error wrapping ErrInvalidOption for a bad option, one wrapping
-// ErrUnknownDialect when the driver is not recognised, and one wrapping
-// ErrClientFoundRows for a custom acquire query on MySQL connections opened
-// with clientFoundRows=true.
+// an error wrapping ErrInvalidOption for a bad option (also for a listener
+// that cannot work with db, such as package pgxlisten's on a lib/pq
+// database), one wrapping ErrUnknownDialect when the driver is not
+// recognised, and one wrapping ErrClientFoundRows for a custom acquire query
+// on MySQL connections opened with clientFoundRows=true.
 func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockRepository, error) {
 	cfg, err := newConfig(db, opts)
 	if err != nil {
@@ -82,6 +83,11 @@ func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockReposit
 	if cfg.dialect == MySQL && cfg.querySet[qAcquire] {
 		if err := refuseFoundRows(ctx, db); err != nil {
 			return nil, err
+		}
+	}
+	if c, ok := cfg.listener.(listenerCheck); ok {
+		if err := c.Check(ctx); err != nil {
+			return nil, fmt.Errorf("%w: WithListener: %w", ErrInvalidOption, err)
 		}
 	}
 	defaults := defaultSQL[cfg.dialect]
