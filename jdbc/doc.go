@@ -80,9 +80,10 @@
 //
 // Errors name the operation and the caller's key (not the mapped one).
 // Failures that may pass on retry (serialization failures, deadlocks,
-// lock-wait timeouts, SQLITE_BUSY, broken connections) satisfy
-// errors.Is(err, registry.ErrTransient); they are told apart by SQLSTATE and
-// driver error codes, never by message text. An operation whose context is
+// lock-wait timeouts, SQLITE_BUSY and SQLITE_LOCKED with modernc.org/sqlite
+// or mattn/go-sqlite3, broken connections) satisfy errors.Is(err,
+// registry.ErrTransient); they are told apart by SQLSTATE and driver error
+// codes, never by message text. An operation whose context is
 // done returns an error wrapping ctx.Err(). A missing table is reported as
 // ErrNoTable.
 //

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,6 +46,70 @@ type sqlState interface{ SQLState() string }
 // sqliteCode is implemented by *sqlite.Error (modernc.org/sqlite).
 type sqliteCode interface{ Code() int }
 
+// sqliteResultCode returns the SQLite result code in err's chain, from
+// modernc.org/sqlite's or mattn/go-sqlite3's error.
+func sqliteResultCode(err error) (int, bool) {
+	var lite sqliteCode
+	if errors.As(err, &lite) {
+		return lite.Code(), true
+	}
+	code := 0
+	found := inChain(err, func(e error) bool {
+		code = mattnCode(e)
+		return code != 0
+	})
+	return code, found
+}
+
+// mattnCode returns the result code of a github.com/mattn/go-sqlite3 error,
+// or 0. Its sqlite3.Error keeps the code in a field of a named int type,
+// with no method to read it, and the main module must not import the cgo
+// driver, so the field is read by reflection.
+func mattnCode(err error) int {
+	v := reflect.ValueOf(err)
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return 0
+		}
+		v = v.Elem()
+	}
+	if v.Type().PkgPath() != "github.com/mattn/go-sqlite3" {
+		return 0
+	}
+	switch {
+	case v.Kind() == reflect.Struct && v.Type().Name() == "Error": // sqlite3.Error
+		if c := v.FieldByName("Code"); c.Kind() == reflect.Int {
+			return int(c.Int())
+		}
+	case v.Kind() == reflect.Int: // sqlite3.ErrNo, sqlite3.ErrNoExtended
+		return int(v.Int())
+	}
+	return 0
+}
+
+// inChain reports whether f holds for err or an error it wraps.
+func inChain(err error, f func(error) bool) bool {
+	for err != nil {
+		if f(err) {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if inChain(e, f) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
+	return false
+}
+
 // isTransient reports whether err may go away on retry: serialization
 // failures, deadlocks, lock-wait timeouts, busy databases and broken
 // connections. It looks at error codes and types, never at messages.
@@ -79,9 +144,8 @@ func isTransient(err error) bool {
 			return true
 		}
 	}
-	var lite sqliteCode
-	if errors.As(err, &lite) {
-		switch lite.Code() & 0xff {
+	if code, ok := sqliteResultCode(err); ok {
+		switch code & 0xff {
 		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED and their extended codes
 			return true
 		}

@@ -3,3 +3,21 @@ module github.com/lockreg/lockreg/tooltest
 go 1.26.0
 
 replace github.com/lockreg/lockreg => ../
+
+require (
+	github.com/lockreg/lockreg v0.0.0-00010101000000-000000000000
+	github.com/mattn/go-sqlite3 v1.14.53
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
+	github.com/jmoiron/sqlx v1.4.0 // indirect
+	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
+	github.com/oklog/ulid v1.3.1 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
+)
