@@ -201,8 +201,12 @@ func (r *LockRepository) wrap(ctx context.Context, what string, err error) error
 func opKey(op, key string) string { return "jdbc: " + op + " " + quote(key) }
 
 func (r *LockRepository) noTable(err error) error {
-	return fmt.Errorf("%w: table %s does not exist; create it with jdbc.CreateSchema or the scripts in lockreg's sql/%s folder: %w",
-		ErrNoTable, r.cfg.table, r.cfg.dialect, err)
+	table := "table " + r.cfg.table
+	if r.queue != nil { // the statement may have missed either
+		table += " or its waiter queue " + r.cfg.table + "_WAIT"
+	}
+	return fmt.Errorf("%w: %s does not exist; create it with jdbc.CreateSchema or the scripts in lockreg's sql/%s folder: %w",
+		ErrNoTable, table, r.cfg.dialect, err)
 }
 
 // sqliteTableMissing reports whether the repository is on SQLite and its

@@ -13,6 +13,7 @@ import (
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/jdbc/pgxlisten"
 	"github.com/lockreg/lockreg/jdbc/pqlisten"
+	"github.com/lockreg/lockreg/registry"
 )
 
 // Misconfigurations that used to pass silently.
@@ -174,5 +175,46 @@ func TestAListenerFailingRightAfterListeningBacksOff(t *testing.T) {
 		stop := repo.Notify("k", make(chan struct{}, 1))
 		defer stop()
 		wantBackoff(t, waits())
+	})
+}
+
+func TestLockWithoutTheTablesReportsOnlyTheMissingTable(t *testing.T) {
+	forEachPostgres(t, func(t *testing.T, db testDB, l jdbc.Listener) {
+		var (
+			mu       sync.Mutex
+			reported []error
+		)
+		repo := newRepo(t, db, jdbc.WithPrefix("ABSENT_"), jdbc.WithListener(l)) // no ABSENT_LOCK, no ABSENT_LOCK_WAIT
+		reg, err := registry.New(repo, registry.WithErrorHandler(func(_ string, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			reported = append(reported, err)
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = reg.Obtain("k").LockContext(t.Context())
+		if !errors.Is(err, jdbc.ErrNoTable) {
+			t.Fatalf("LockContext: got %v, want an error wrapping jdbc.ErrNoTable", err)
+		}
+		// Close waits for the clean-up after the failed attempt, then
+		// closes the repository, which reports the missing table too.
+		if err := reg.Close(t.Context()); !errors.Is(err, jdbc.ErrNoTable) {
+			t.Fatalf("Close: got %v, want an error wrapping jdbc.ErrNoTable", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(reported) > 0 {
+			t.Fatalf("besides the error LockContext returned, the registry reported %v", reported)
+		}
+	})
+}
+
+func TestLeaveWithoutTheTablesIsNotAnError(t *testing.T) {
+	forEachPostgres(t, func(t *testing.T, db testDB, l jdbc.Listener) {
+		repo := newRepo(t, db, jdbc.WithPrefix("ABSENT_"), jdbc.WithListener(l))
+		if err := repo.Leave(t.Context(), "k"); err != nil {
+			t.Fatalf("Leave: got %v, want nil: without the tables there is no place to leave", err)
+		}
 	})
 }
