@@ -114,9 +114,10 @@
 //
 // Errors name the operation and the caller's key (not the mapped one).
 // Failures that may pass on retry (serialization failures, deadlocks,
-// lock-wait timeouts, SQLITE_BUSY, broken connections) satisfy
-// errors.Is(err, registry.ErrTransient); they are told apart by SQLSTATE and
-// driver error codes, never by message text. An operation whose context is
+// lock-wait timeouts, SQLITE_BUSY and SQLITE_LOCKED with modernc.org/sqlite
+// or mattn/go-sqlite3, broken connections) satisfy errors.Is(err,
+// registry.ErrTransient); they are told apart by SQLSTATE and driver error
+// codes, never by message text. An operation whose context is
 // done returns an error wrapping ctx.Err(). A missing table is reported as
 // ErrNoTable.
 //
@@ -134,8 +135,12 @@
 //
 // # MySQL
 //
-// Acquire relies on MySQL's affected-rows count of ON DUPLICATE KEY UPDATE
-// (0 when the row was left as it was). Do not set clientFoundRows=true in the
-// go-sql-driver/mysql DSN: with it, an unchanged row counts as affected and
-// Acquire would report a lock held by another client as acquired.
+// Acquire reads its outcome from the LAST_INSERT_ID the server returns with
+// the result (the token, or 0 when the lock is held elsewhere) rather than
+// from the affected-rows count of ON DUPLICATE KEY UPDATE alone, which
+// clientFoundRows=true in the go-sql-driver/mysql DSN changes (an unchanged
+// row then counts as affected); so the default statements work with and
+// without that setting. A custom acquire query is judged by its affected
+// rows only: NewLockRepository refuses one, with ErrClientFoundRows, on
+// connections with clientFoundRows=true.
 package jdbc

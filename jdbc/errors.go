@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +31,13 @@ var (
 	// ErrUnknownDialect reports a database whose driver jdbc does not
 	// recognise when no WithDialect option is given.
 	ErrUnknownDialect = errors.New("jdbc: unknown dialect")
+
+	// ErrClientFoundRows reports a MySQL database whose connections count
+	// the rows a statement found rather than those it changed
+	// (clientFoundRows=true in the go-sql-driver/mysql DSN), with which a
+	// custom acquire query could not tell a lock taken from one held
+	// elsewhere. The returned error wraps it and says what to change.
+	ErrClientFoundRows = errors.New("jdbc: MySQL connections count found rows, not changed ones")
 )
 
 // sqlState is implemented by *pgconn.PgError (pgx) and *pq.Error (lib/pq).
@@ -37,6 +45,70 @@ type sqlState interface{ SQLState() string }
 
 // sqliteCode is implemented by *sqlite.Error (modernc.org/sqlite).
 type sqliteCode interface{ Code() int }
+
+// sqliteResultCode returns the SQLite result code in err's chain, from
+// modernc.org/sqlite's or mattn/go-sqlite3's error.
+func sqliteResultCode(err error) (int, bool) {
+	var lite sqliteCode
+	if errors.As(err, &lite) {
+		return lite.Code(), true
+	}
+	code := 0
+	found := inChain(err, func(e error) bool {
+		code = mattnCode(e)
+		return code != 0
+	})
+	return code, found
+}
+
+// mattnCode returns the result code of a github.com/mattn/go-sqlite3 error,
+// or 0. Its sqlite3.Error keeps the code in a field of a named int type,
+// with no method to read it, and the main module must not import the cgo
+// driver, so the field is read by reflection.
+func mattnCode(err error) int {
+	v := reflect.ValueOf(err)
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return 0
+		}
+		v = v.Elem()
+	}
+	if v.Type().PkgPath() != "github.com/mattn/go-sqlite3" {
+		return 0
+	}
+	switch {
+	case v.Kind() == reflect.Struct && v.Type().Name() == "Error": // sqlite3.Error
+		if c := v.FieldByName("Code"); c.Kind() == reflect.Int {
+			return int(c.Int())
+		}
+	case v.Kind() == reflect.Int: // sqlite3.ErrNo, sqlite3.ErrNoExtended
+		return int(v.Int())
+	}
+	return 0
+}
+
+// inChain reports whether f holds for err or an error it wraps.
+func inChain(err error, f func(error) bool) bool {
+	for err != nil {
+		if f(err) {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if inChain(e, f) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
+	return false
+}
 
 // isTransient reports whether err may go away on retry: serialization
 // failures, deadlocks, lock-wait timeouts, busy databases and broken
@@ -72,9 +144,8 @@ func isTransient(err error) bool {
 			return true
 		}
 	}
-	var lite sqliteCode
-	if errors.As(err, &lite) {
-		switch lite.Code() & 0xff {
+	if code, ok := sqliteResultCode(err); ok {
+		switch code & 0xff {
 		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED and their extended codes
 			return true
 		}
@@ -130,8 +201,12 @@ func (r *LockRepository) wrap(ctx context.Context, what string, err error) error
 func opKey(op, key string) string { return "jdbc: " + op + " " + quote(key) }
 
 func (r *LockRepository) noTable(err error) error {
-	return fmt.Errorf("%w: table %s does not exist; create it with jdbc.CreateSchema or the scripts in lockreg's sql/%s folder: %w",
-		ErrNoTable, r.cfg.table, r.cfg.dialect, err)
+	table := "table " + r.cfg.table
+	if r.queue != nil { // the statement may have missed either
+		table += " or its waiter queue " + r.cfg.table + "_WAIT"
+	}
+	return fmt.Errorf("%w: %s does not exist; create it with jdbc.CreateSchema or the scripts in lockreg's sql/%s folder: %w",
+		ErrNoTable, table, r.cfg.dialect, err)
 }
 
 // sqliteTableMissing reports whether the repository is on SQLite and its

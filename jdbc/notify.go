@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockreg/lockreg/registry"
@@ -14,15 +15,36 @@ import (
 // Listener receives PostgreSQL notifications for a LockRepository; see
 // WithListener. Package pgxlisten provides one for the pgx driver and
 // package pqlisten one for lib/pq.
+//
+// A Listener may also have a method Check(ctx context.Context) error that
+// returns why it cannot work (with the database it was made for, say);
+// NewLockRepository calls it and refuses the listener, with an error
+// wrapping ErrInvalidOption, if it returns an error.
 type Listener interface {
 	// Listen executes LISTEN channel on a connection of its own, calls
 	// ready once it listens, and then calls notify with the payload of
 	// every notification on channel, until ctx is done or the connection
-	// fails; it returns the error that ended it. After a reconnection of
-	// its own it calls ready again, since notifications sent meanwhile are
-	// lost.
+	// fails; it returns the error that ended it, also when it cannot
+	// connect (the repository retries with backoff). After a reconnection
+	// of its own it calls ready again, since notifications sent meanwhile
+	// are lost.
 	Listen(ctx context.Context, channel string, ready func(), notify func(payload string)) error
 }
+
+// listenerCheck is the optional method of a Listener (see there); the
+// listeners of packages pgxlisten and pqlisten have it.
+type listenerCheck interface {
+	Check(ctx context.Context) error
+}
+
+// Reconnection backoff of the listener: the delay doubles after each failed
+// session up to listenMaxDelay, with jitter, and starts over after a session
+// that listened for at least listenMaxDelay. A listener that fails right
+// after it listens thus backs off too, instead of reconnecting in a loop.
+const (
+	listenMinDelay = 100 * time.Millisecond
+	listenMaxDelay = 30 * time.Second
+)
 
 // ears dispatches a repository's notifications to the registries' waiters.
 // Its goroutine starts with the first waiter and stops at Close.
@@ -31,6 +53,9 @@ type ears struct {
 	channel string
 	me      string // this client: announcements of hand-offs to others are not for us
 	onError func(error)
+	// sleep waits d or until ctx is done, reporting whether d passed; tests
+	// replace it before the listener starts.
+	sleep func(ctx context.Context, d time.Duration) bool
 
 	mu      sync.Mutex
 	subs    map[string]map[chan<- struct{}]struct{} // by LOCK_KEY
@@ -41,7 +66,19 @@ type ears struct {
 }
 
 func newEars(l Listener, channel, me string, onError func(error)) *ears {
-	return &ears{l: l, channel: channel, me: me, onError: onError, subs: make(map[string]map[chan<- struct{}]struct{})}
+	return &ears{l: l, channel: channel, me: me, onError: onError, sleep: sleep,
+		subs: make(map[string]map[chan<- struct{}]struct{})}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // Notify arranges for c to receive a value, sent without blocking, when
@@ -86,29 +123,28 @@ func (e *ears) subscribe(lockKey string, c chan<- struct{}) (stop func()) {
 }
 
 // run listens until stopped, reconnecting after failures with capped,
-// jittered backoff, and wakes every waiter after each (re)connection.
+// jittered exponential backoff (see listenMinDelay), reporting each failure
+// once, and wakes every waiter after each (re)connection.
 func (e *ears) run(ctx context.Context) {
 	defer close(e.done)
-	delay := 100 * time.Millisecond
+	delay := listenMinDelay
 	for {
-		connected := false
-		err := e.l.Listen(ctx, e.channel, func() { connected = true; e.wakeAll() }, e.wake)
+		var listening atomic.Pointer[time.Time] // when the session last became ready
+		err := e.l.Listen(ctx, e.channel, func() { now := time.Now(); listening.Store(&now); e.wakeAll() }, e.wake)
 		if ctx.Err() != nil {
 			return
 		}
-		e.onError(fmt.Errorf("jdbc: listening for released locks on %s (reconnecting): %w", e.channel, err))
-		e.wakeAll()
-		if connected {
-			delay = 100 * time.Millisecond
+		if t := listening.Load(); t != nil && time.Since(*t) >= listenMaxDelay {
+			delay = listenMinDelay // a working session ended: start over
 		}
-		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		wait := delay/2 + rand.N(delay/2+1)
+		e.onError(fmt.Errorf("jdbc: listening for released locks on %s failed (reconnecting in %v): %w",
+			e.channel, wait.Round(time.Millisecond), err))
+		e.wakeAll()
+		if !e.sleep(ctx, wait) {
 			return
 		}
-		delay = min(2*delay, 5*time.Second)
+		delay = min(2*delay, listenMaxDelay)
 	}
 }
 

@@ -1,7 +1,9 @@
 package jdbc
 
 import (
+	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -86,9 +88,13 @@ func WithRegion(r string) Option { return func(o *options) { o.region = r } }
 // interval. The release statement sends the notification itself, so
 // announcing costs no extra round trip; receiving costs one connection per
 // repository, opened when the first registry waits and held until Close,
-// and re-opened after failures. Package pgxlisten provides a Listener for
-// pgx users, package pqlisten one for lib/pq users. Other dialects reject
-// this option: their waiters poll.
+// and re-opened after failures, with jittered exponential backoff from
+// 100 ms to 30 s; each failure is reported once to the error handler
+// (WithErrorHandler), and meanwhile waiters poll. Package pgxlisten provides
+// a Listener for pgx users, package pqlisten one for lib/pq users;
+// NewLockRepository refuses, with ErrInvalidOption, one of theirs that
+// cannot work with the database (pgxlisten on a lib/pq database, say).
+// Other dialects reject this option: their waiters poll.
 func WithListener(l Listener) Option { return func(o *options) { o.listener = l } }
 
 // WithQueueTTL sets how long a waiter keeps its place in a key's queue
@@ -100,8 +106,9 @@ func WithListener(l Listener) Option { return func(o *options) { o.listener = l 
 func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL = d } }
 
 // WithErrorHandler sets the function that receives errors of the
-// repository's background work: the notification listener's failures,
-// after which it reconnects. The default logs them with log/slog.
+// repository's background work: the notification listener's failures, one
+// call for each, after which it reconnects with backoff (see WithListener).
+// The default logs them with log/slog.
 func WithErrorHandler(f func(error)) Option { return func(o *options) { o.onError = f } }
 
 // WithClientID sets the client id, the identity that owns the rows this
@@ -135,7 +142,9 @@ func WithKeyMapping(f func(key string) string) Option {
 // the package documentation for the parameters a custom query may use. The
 // lock counts as acquired iff the statement affects exactly one row, or two
 // on MySQL (an ON DUPLICATE KEY UPDATE that changed the row). It must be a
-// single statement that takes the lock atomically.
+// single statement that takes the lock atomically. On MySQL, whose
+// clientFoundRows=true counts a row left unchanged as affected,
+// NewLockRepository refuses it on such connections with ErrClientFoundRows.
 func WithAcquireQuery(q string) Option {
 	return func(o *options) { o.queries[qAcquire], o.querySet[qAcquire] = q, true }
 }
@@ -305,4 +314,54 @@ func detectDialect(db DB) (Dialect, error) {
 		return SQLite, nil
 	}
 	return "", fmt.Errorf("%w: driver %T is not one jdbc recognises; use jdbc.WithDialect", ErrUnknownDialect, drv)
+}
+
+// refuseFoundRows fails with an error wrapping ErrClientFoundRows when db's
+// connections are go-sql-driver/mysql ones opened with clientFoundRows=true.
+// It borrows one connection of the pool. The driver keeps the setting in an
+// unexported field, read by reflection; a driver it does not recognise (a
+// wrapped one, say) passes.
+func refuseFoundRows(ctx context.Context, db DB) error {
+	found := false
+	check := func(dc any) error { found = mysqlFoundRows(dc); return nil }
+	var err error
+	switch d := db.(type) {
+	case interface{ Raw(func(any) error) error }: // *sql.Conn
+		err = d.Raw(check)
+	case interface {
+		Conn(context.Context) (*sql.Conn, error)
+	}: // *sql.DB, *sqlx.DB
+		var c *sql.Conn
+		if c, err = d.Conn(ctx); err == nil {
+			err = c.Raw(check)
+			c.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("jdbc: reading the MySQL connection's settings: %w", err)
+	}
+	if found {
+		return fmt.Errorf("%w: the database's DSN sets clientFoundRows=true, with which a custom acquire query "+
+			"(WithAcquireQuery) reports a row left unchanged, a lock held elsewhere, as affected, that is, as "+
+			"acquired; remove clientFoundRows=true from the DSN (the default statements do not need it)", ErrClientFoundRows)
+	}
+	return nil
+}
+
+// mysqlFoundRows reports whether dc is a go-sql-driver/mysql connection
+// whose configuration sets ClientFoundRows.
+func mysqlFoundRows(dc any) bool {
+	v := reflect.ValueOf(dc)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return false
+	}
+	if v = v.Elem(); v.Kind() != reflect.Struct || v.Type().PkgPath() != "github.com/go-sql-driver/mysql" {
+		return false
+	}
+	cfg := v.FieldByName("cfg") // *mysql.Config
+	if cfg.Kind() != reflect.Pointer || cfg.IsNil() || cfg.Elem().Kind() != reflect.Struct {
+		return false
+	}
+	f := cfg.Elem().FieldByName("ClientFoundRows")
+	return f.Kind() == reflect.Bool && f.Bool()
 }

@@ -124,14 +124,19 @@ var defaultSQL = map[Dialect]dialectSQL{
 		// MySQL evaluates the assignments left to right: the second sees the
 		// CLIENT_ID the first has just set, so EXPIRED_AFTER moves only when
 		// the row is (now) ours. Rows affected: 1 inserted, 2 updated, 0
-		// unchanged.
+		// unchanged, but 1 unchanged with clientFoundRows=true. So the
+		// outcome is read from LAST_INSERT_ID, which the server returns with
+		// the result: the token when the lock was taken, and 0 when it was
+		// not, which the otherwise idle IF sets, as the VALUES row has set
+		// it to the clock already.
 		acquire: `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE) ` +
 			`VALUES (:lock_key, :region, :client_id, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND, ` +
 			`LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00::00::00', UTC_TIMESTAMP(6)))) ` +
 			`ON DUPLICATE KEY UPDATE ` +
 			`CLIENT_ID = IF(CLIENT_ID = VALUES(CLIENT_ID) OR EXPIRED_AFTER < VALUES(CREATED_DATE), VALUES(CLIENT_ID), CLIENT_ID), ` +
 			`EXPIRED_AFTER = IF(CLIENT_ID = VALUES(CLIENT_ID), VALUES(EXPIRED_AFTER), EXPIRED_AFTER), ` +
-			`FENCE = IF(CLIENT_ID = VALUES(CLIENT_ID), LAST_INSERT_ID(GREATEST(FENCE + 1, VALUES(FENCE))), FENCE)`,
+			`FENCE = IF(CLIENT_ID = VALUES(CLIENT_ID), LAST_INSERT_ID(GREATEST(FENCE + 1, VALUES(FENCE))), ` +
+			`IF(LAST_INSERT_ID(0) = 0, FENCE, FENCE))`,
 		renew: `UPDATE %sLOCK SET EXPIRED_AFTER = UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND ` +
 			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= UTC_TIMESTAMP(6)`,
 		now:  `UTC_TIMESTAMP(6)`,

@@ -91,7 +91,9 @@ func (r *LockRepository) Claim(ctx context.Context, key string) (registry.Lease,
 
 // Leave takes this client out of key's queue and gives back a lease that a
 // release handed it meanwhile: one statement on PostgreSQL, nothing
-// elsewhere.
+// elsewhere. Without the tables there is neither a place nor a lease to
+// give back, so Leave returns nil; the acquire statement that failed
+// reports the missing table.
 func (r *LockRepository) Leave(ctx context.Context, key string) error {
 	if r.queue == nil {
 		return nil
@@ -102,6 +104,9 @@ func (r *LockRepository) Leave(ctx context.Context, key string) error {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if _, err := r.db.ExecContext(ctx, r.queue.leave.sql, r.queue.leave.args(r.params(lk, 0))...); err != nil {
+		if isNoTable(err) && ctx.Err() == nil {
+			return nil
+		}
 		return r.wrap(ctx, what, err)
 	}
 	return nil

@@ -63,18 +63,32 @@ type holding struct {
 }
 
 // NewLockRepository returns a repository on db configured by opts; ctx
-// bounds the I/O it does. Today it does none: it checks the options, detects the dialect from db's driver unless
+// bounds the I/O it does. It checks the options, detects the dialect from db's driver unless
 // WithDialect is given, and compiles the queries; the statements are
 // prepared on first use. The table is not checked; call Check for that, and
-// CreateSchema to create it.
+// CreateSchema to create it. On MySQL with a custom acquire query it borrows
+// a connection of db to read the driver's settings.
 //
 // It returns an error for a nil db (also a typed nil such as (*sql.DB)(nil)),
-// an error wrapping ErrInvalidOption for a bad option, and one wrapping
-// ErrUnknownDialect when the driver is not recognised.
+// an error wrapping ErrInvalidOption for a bad option (also for a listener
+// that cannot work with db, such as package pgxlisten's on a lib/pq
+// database), one wrapping ErrUnknownDialect when the driver is not
+// recognised, and one wrapping ErrClientFoundRows for a custom acquire query
+// on MySQL connections opened with clientFoundRows=true.
 func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockRepository, error) {
 	cfg, err := newConfig(db, opts)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.dialect == MySQL && cfg.querySet[qAcquire] {
+		if err := refuseFoundRows(ctx, db); err != nil {
+			return nil, err
+		}
+	}
+	if c, ok := cfg.listener.(listenerCheck); ok {
+		if err := c.Check(ctx); err != nil {
+			return nil, fmt.Errorf("%w: WithListener: %w", ErrInvalidOption, err)
+		}
 	}
 	defaults := defaultSQL[cfg.dialect]
 	named := [3]string{defaults.acquire, defaults.renew, defaults.complete(releaseSQL)}
@@ -278,9 +292,15 @@ func (r *LockRepository) doAcquire(ctx context.Context, st *stmt, lockKey string
 		return registry.Lease{}, false, nil
 	case n == 1, n == 2 && r.cfg.dialect == MySQL:
 		var lease registry.Lease
-		if !r.cfg.querySet[qAcquire] { // the default sets LAST_INSERT_ID to the token
+		if !r.cfg.querySet[qAcquire] {
+			// The default sets LAST_INSERT_ID to the token, or to 0 when
+			// it left the row alone, which clientFoundRows=true counts as
+			// one row affected.
 			if lease.Token, err = res.LastInsertId(); err != nil {
 				return registry.Lease{}, false, err
+			}
+			if lease.Token == 0 {
+				return registry.Lease{}, false, nil
 			}
 		}
 		return lease, true, nil

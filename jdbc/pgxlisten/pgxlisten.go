@@ -15,6 +15,7 @@ package pgxlisten
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -25,9 +26,24 @@ import (
 
 type listener struct{ db *sql.DB }
 
-// New returns a listener that connects as db's connections do; db must use
-// the pgx driver, or Listen fails.
+// New returns a listener that connects as db's connections do. db must use
+// the pgx driver (github.com/jackc/pgx/v5/stdlib): jdbc.NewLockRepository
+// refuses the listener otherwise, with an error wrapping
+// jdbc.ErrInvalidOption. For lib/pq, use package pqlisten.
 func New(db *sql.DB) jdbc.Listener { return listener{db} }
+
+// Check reports why the listener cannot work with its database: a nil one,
+// or one whose driver is not pgx/v5's. It does no I/O.
+func (l listener) Check(context.Context) error {
+	if l.db == nil {
+		return errors.New("pgxlisten: nil database")
+	}
+	if d, ok := l.db.Driver().(*stdlib.Driver); !ok || d == nil {
+		return fmt.Errorf("pgxlisten: the database's driver is %T, not pgx/v5/stdlib's; "+
+			"for lib/pq use package pqlisten", l.db.Driver())
+	}
+	return nil
+}
 
 func (l listener) Listen(ctx context.Context, channel string, ready func(), notify func(string)) error {
 	cfg, err := l.config(ctx)

@@ -1,0 +1,16 @@
+package jdbc
+
+import (
+	"context"
+	"time"
+)
+
+// SetListenerSleep makes r's listener wait between attempts with f instead
+// of a timer. It must be called before the listener starts (the first
+// Notify).
+func SetListenerSleep(r *LockRepository, f func(ctx context.Context, d time.Duration) bool) {
+	r.ears.sleep = f
+}
+
+// ListenerDelays are the bounds of the listener's backoff.
+const ListenerMinDelay, ListenerMaxDelay = listenMinDelay, listenMaxDelay
