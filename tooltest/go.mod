@@ -6,7 +6,7 @@ replace github.com/lockreg/lockreg => ../
 
 require (
 	github.com/google/uuid v1.6.0
-	github.com/jackc/pgx/v5 v5.13.0
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/lib/pq v1.12.3
 	github.com/lockreg/lockreg v0.0.0-00010101000000-000000000000
 	github.com/mattn/go-sqlite3 v1.14.53
