@@ -35,14 +35,20 @@ type Lock interface {
 	LockTTL(ctx context.Context, ttl time.Duration) error
 
 	// TryLock makes one attempt to take the lock and reports whether it
-	// did. Transient repository errors count as a failed attempt and go to
-	// the error handler; it panics on other errors and on a closed registry.
+	// did. It reports false only when the lock is held or being taken,
+	// here or elsewhere: if an earlier call of this process that failed is
+	// still cleaning up in the background (releasing what an abandoned
+	// statement may have taken, leaving the key's queue), TryLock waits
+	// for that, at most about the TTL, and then asks the repository.
+	// Transient repository errors count as a failed attempt and go to the
+	// error handler; it panics on other errors and on a closed registry.
 	TryLock() bool
 
 	// TryLockContext reports whether it took the lock. When ctx has a
 	// deadline it waits for the lock until that deadline and returns false,
 	// with a nil error, by the deadline (not up to an idle interval later).
-	// Without a deadline it makes one attempt, as TryLock does. It returns
+	// Without a deadline it makes one attempt, as TryLock does (waiting,
+	// like it, for a clean-up in progress). It returns
 	// an error, with false, when ctx is canceled, when the registry is
 	// closed, and on non-transient repository errors; a transient error of
 	// the single attempt is returned too.
@@ -121,8 +127,13 @@ type lock struct {
 	sem  chan struct{}
 	held atomic.Bool // the lease is taken and not yet unlocked
 
-	mu  sync.Mutex // guards cur and its fields
+	mu  sync.Mutex // guards cur and its fields, and cleaning
 	cur *hold      // the current hold, nil when not held
+	// cleaning, while not nil, says that sem's token is held by the
+	// clean-up of an abandoned attempt, not by a holder or a taker; it is
+	// closed when the clean-up gives the token back. Giving it back and
+	// clearing cleaning happen together under mu.
+	cleaning chan struct{}
 }
 
 // hold is one acquisition of a lock, from the lease's acquisition to its
@@ -209,15 +220,29 @@ func (h *lock) take(ctx context.Context, ttl time.Duration, mode waitMode) (bool
 	return l.takeLease(ctx, ttl, mode)
 }
 
-// takeLocal waits for the key's local primitive as mode allows.
+// takeLocal waits for the key's local primitive as mode allows. A single
+// attempt (waitNever) still waits for the clean-up of an abandoned attempt,
+// which is no holder, so that it reports the key's real state: what the
+// repository says, not "held" because a failed call is tidying up.
 func (l *lock) takeLocal(ctx context.Context, mode waitMode) (bool, error) {
-	select {
-	case l.sem <- struct{}{}:
-		return true, nil
-	default:
-	}
-	if mode == waitNever {
-		return false, nil
+	for {
+		ok, cleaning := l.tryLocal()
+		if ok {
+			return true, nil
+		}
+		if mode != waitNever {
+			break
+		}
+		if cleaning == nil {
+			return false, nil // held or being taken in this process
+		}
+		select {
+		case <-cleaning:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-l.reg.done:
+			return false, ErrClosed
+		}
 	}
 	select {
 	case l.sem <- struct{}{}:
@@ -226,6 +251,19 @@ func (l *lock) takeLocal(ctx context.Context, mode waitMode) (bool, error) {
 		return false, deadlineIsNotError(ctx, mode)
 	case <-l.reg.done:
 		return false, ErrClosed
+	}
+}
+
+// tryLocal takes the local primitive if it is free; if not, it returns the
+// pending clean-up that holds it, if any.
+func (l *lock) tryLocal() (bool, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case l.sem <- struct{}{}:
+		return true, nil
+	default:
+		return false, l.cleaning
 	}
 }
 
@@ -384,6 +422,9 @@ func (l *lock) attempt(ctx context.Context, ttl time.Duration, call func(context
 // while a stale release or leave is pending. It runs in the background so
 // that the caller returns by its deadline, unless the registry is closing.
 func (l *lock) cleanup(ttl time.Duration, release, leave bool) {
+	l.mu.Lock()
+	l.cleaning = make(chan struct{})
+	l.mu.Unlock()
 	run := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), ttl)
 		defer cancel()
@@ -397,7 +438,12 @@ func (l *lock) cleanup(ttl time.Duration, release, leave bool) {
 				l.reg.report(l.key, l.wrap("leave queue", err))
 			}
 		}
-		l.releaseLocal()
+		l.mu.Lock()
+		<-l.sem
+		close(l.cleaning)
+		l.cleaning = nil
+		l.mu.Unlock()
+		l.reg.unpin(l)
 	}
 	if !l.reg.startCleanup() {
 		run()

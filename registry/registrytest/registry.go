@@ -42,6 +42,7 @@ func runRegistry(t *testing.T, b Backend) {
 		{"CloseWakesWaitersWithErrClosed", testCloseWakes},
 		{"HeldLockCanBeUnlockedAfterClose", testUnlockAfterClose},
 		{"MissingStorageIsAnErrorAndLockPanics", testMissingStorage},
+		{"TryLockAfterFailedLockReturnsTheErrorAgain", testTryLockAfterFailedLock},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, b) })
 	}
@@ -471,4 +472,27 @@ func testMissingStorage(t *testing.T, b Backend) {
 		}
 	}()
 	l.Lock()
+}
+
+// A LockContext that failed may tidy up in the background (leave the key's
+// queue, say); the next TryLockContext still asks the repository and
+// returns its error, rather than reporting the key held.
+func testTryLockAfterFailedLock(t *testing.T, b Backend) {
+	if b.NewMissingStorage == nil {
+		t.Skip("requires Backend.NewMissingStorage, which this backend does not provide")
+	}
+	r, err := registry.New(b.NewMissingStorage(t), registry.WithIdleBetweenTries(short),
+		registry.WithErrorHandler(func(string, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background()) // its error is the missing storage again
+	l := r.Obtain(key(t))
+	if err := l.LockContext(ctxT(t)); err == nil {
+		t.Fatal("LockContext on missing storage succeeded")
+	}
+	ok, err := l.TryLockContext(context.Background())
+	if ok || err == nil || errors.Is(err, registry.ErrTransient) {
+		t.Fatalf("TryLockContext right after a failed LockContext = %v, %v; want false and the storage's error", ok, err)
+	}
 }
