@@ -40,7 +40,7 @@
 // lease directly to the first live waiter, with a new token and the lease
 // length that waiter asked for, and tells it with a NOTIFY; WithListener
 // makes the repository listen, so that the waiter, woken at once, only
-// reads the lease it was given (Claim, one SELECT) instead of writing.
+// reads the lease it was given (HandedLease, one SELECT) instead of writing.
 // Clients without a listener do not queue: they poll, and whoever polls
 // first after a release takes the lease, as with Spring Integration (but
 // never ahead of a listening waiter). Each of

@@ -56,12 +56,12 @@ func (r *LockRepository) AcquireOrWait(ctx context.Context, key string, ttl time
 	return r.acquireWith(ctx, "acquire", key, ttl, r.queue.acquireOrWait)
 }
 
-// Claim reports whether a release handed this client the lease on key:
+// HandedLease reports whether a release handed this client the lease on key:
 // on PostgreSQL a release gives the lease to the first live waiter, with a
 // new token, so that the waiter only has to read it, one SELECT, instead of
 // writing. The lease's TTL is what remains of it. Elsewhere it reports
 // false.
-func (r *LockRepository) Claim(ctx context.Context, key string) (registry.Lease, bool, error) {
+func (r *LockRepository) HandedLease(ctx context.Context, key string) (registry.Lease, bool, error) {
 	if r.queue == nil {
 		return registry.Lease{}, false, nil
 	}
@@ -112,4 +112,4 @@ func (r *LockRepository) Leave(ctx context.Context, key string) error {
 	return nil
 }
 
-var _ registry.Claimer = (*LockRepository)(nil)
+var _ registry.HandOffQueue = (*LockRepository)(nil)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lockreg/lockreg/registry"
@@ -243,51 +244,67 @@ func TestSlowAttemptTimesOutAfterTTLAndIsRetried(t *testing.T) {
 
 // An attempt abandoned by its caller may still commit at the server; its
 // lease is released before anyone in this process can take the key again.
-func TestAbandonedAttemptIsReleasedBeforeTheKeyIsFreedLocally(t *testing.T) {
-	repo, m := newHooked()
-	var first atomic.Bool
-	first.Store(true)
-	repo.acquire = func(ctx context.Context) (bool, bool, error) {
-		if first.CompareAndSwap(true, false) {
-			<-ctx.Done()
-			// The statement committed although the caller gave up.
-			_, ok, err := repo.Repository.Acquire(context.Background(), "k", time.Minute)
-			if !ok || err != nil {
-				panic("setup")
+// A TryLock meanwhile is no "held elsewhere": it waits for the release, then
+// takes the key.
+func TestAbandonedAttemptIsReleasedBeforeTheKeyIsTakenAgainLocally(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		repo, m := newHooked()
+		var first, released, early atomic.Bool
+		first.Store(true)
+		repo.acquire = func(ctx context.Context) (bool, bool, error) {
+			if first.CompareAndSwap(true, false) {
+				<-ctx.Done()
+				// The statement committed although the caller gave up.
+				_, ok, err := repo.Repository.Acquire(context.Background(), "k", time.Minute)
+				if !ok || err != nil {
+					panic("setup")
+				}
+				return true, false, ctx.Err()
 			}
-			return true, false, ctx.Err()
+			if !released.Load() {
+				early.Store(true)
+			}
+			return false, false, nil
 		}
-		return false, false, nil
-	}
-	releasing := make(chan struct{})
-	proceed := make(chan struct{})
-	var once sync.Once
-	repo.release = func(context.Context) (bool, error) {
-		once.Do(func() { close(releasing); <-proceed })
-		return false, nil
-	}
-	r, err := registry.New(repo, registry.WithIdleBetweenTries(5*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := r.Obtain("k")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-	defer cancel()
-	if ok, err := l.TryLockContext(ctx); ok || err != nil {
-		t.Fatalf("TryLockContext = %v, %v; want false, nil at the deadline", ok, err)
-	}
-	<-releasing
-	if l.TryLock() {
-		t.Fatal("the key was free locally while the abandoned lease was being released")
-	}
-	close(proceed)
-	if err := r.Close(context.Background()); err != nil { // waits for the clean-up
-		t.Fatal(err)
-	}
-	other := m.NewClient()
-	if _, ok, _ := other.Acquire(context.Background(), "k", time.Minute); !ok {
-		t.Fatal("the lease taken by the abandoned attempt was not released")
-	}
+		releasing := make(chan struct{})
+		proceed := make(chan struct{})
+		var once sync.Once
+		repo.release = func(ctx context.Context) (bool, error) {
+			once.Do(func() { close(releasing); <-proceed })
+			err := repo.Repository.Release(ctx, "k")
+			released.Store(true)
+			return true, err
+		}
+		r, err := registry.New(repo, registry.WithIdleBetweenTries(5*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := r.Obtain("k")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+		defer cancel()
+		if ok, err := l.TryLockContext(ctx); ok || err != nil {
+			t.Fatalf("TryLockContext = %v, %v; want false, nil at the deadline", ok, err)
+		}
+		<-releasing
+		took := make(chan bool, 1)
+		go func() { took <- l.TryLock() }()
+		synctest.Wait() // TryLock returned, or waits for the release
+		close(proceed)
+		if !<-took {
+			t.Fatal("TryLock failed while only the release of an abandoned attempt kept the key")
+		}
+		if early.Load() {
+			t.Fatal("the key was taken again before the abandoned lease was released")
+		}
+		l.Unlock()
+		if err := r.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		other := m.NewClient()
+		if _, ok, _ := other.Acquire(context.Background(), "k", time.Minute); !ok {
+			t.Fatal("a lease of the registry was not released")
+		}
+	})
 }
 
 func TestUnlockFromAnotherGoroutine(t *testing.T) {

@@ -23,14 +23,14 @@ type Registry struct {
 	opts options
 
 	mu     sync.Mutex
-	active map[string]*lock              // held or awaited: never evicted
-	idle   *simplelru.LRU[string, *lock] // neither held nor awaited
+	active map[string]*keyState              // held or awaited: never evicted
+	idle   *simplelru.LRU[string, *keyState] // neither held nor awaited
 	closed bool
 	done   chan struct{} // closed by Close: wakes every waiter
-	// cleanups counts goroutines releasing leases that an abandoned
-	// acquisition may have taken; Close waits for them through drained.
-	cleanups int
-	drained  chan struct{}
+	// background counts goroutines that Close waits for, through drained:
+	// clean-ups of abandoned acquisitions and keep-alive renewals.
+	background int
+	drained    chan struct{}
 }
 
 var _ LockRegistry = (*Registry)(nil)
@@ -56,14 +56,14 @@ func New(repo Repository, opts ...Option) (*Registry, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	idle, err := simplelru.NewLRU[string, *lock](o.cacheCapacity, nil)
+	idle, err := simplelru.NewLRU[string, *keyState](o.cacheCapacity, nil)
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w: %w", ErrInvalidOption, err)
 	}
 	return &Registry{
 		repo:   repo,
 		opts:   o,
-		active: make(map[string]*lock),
+		active: make(map[string]*keyState),
 		idle:   idle,
 		done:   make(chan struct{}),
 	}, nil
@@ -85,14 +85,14 @@ func NewLocal(opts ...Option) (*Registry, error) {
 func (r *Registry) Obtain(key string) Lock {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if l, ok := r.active[key]; ok {
-		return l
+	if k, ok := r.active[key]; ok {
+		return k.handle
 	}
-	if l, ok := r.idle.Get(key); ok {
-		return l
+	if k, ok := r.idle.Get(key); ok {
+		return k.handle
 	}
-	l := newLock(r, key)
-	r.idle.Add(key, l)
+	l := &lockHandle{reg: r, key: key}
+	r.idle.Add(key, newKeyState(l))
 	return l
 }
 
@@ -104,7 +104,7 @@ func (r *Registry) ExpireUnusedOlderThan(age time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, key := range r.idle.Keys() {
-		if l, ok := r.idle.Peek(key); ok && now.Sub(l.lastUsed) >= age {
+		if k, ok := r.idle.Peek(key); ok && now.Sub(k.lastUsed) >= age {
 			r.idle.Remove(key)
 		}
 	}
@@ -125,7 +125,7 @@ func (r *Registry) Close(ctx context.Context) error {
 	r.closed = true
 	close(r.done)
 	var drained chan struct{}
-	if r.cleanups > 0 {
+	if r.background > 0 {
 		r.drained = make(chan struct{})
 		drained = r.drained
 	}
@@ -140,66 +140,67 @@ func (r *Registry) Close(ctx context.Context) error {
 	return r.repo.Close(ctx)
 }
 
-// pin returns the lock object that carries the state of h's key, marking it
-// in use so that it cannot be evicted until unpin. A stale h (evicted and
-// replaced) is redirected to the live object of its key.
-func (r *Registry) pin(h *lock) (*lock, error) {
+// pin returns the state of l's key, marking it in use so that it cannot be
+// evicted until unpin. The state of a key whose state was evicted is made
+// anew, with l as its handle: Obtain returns l again from then on.
+func (r *Registry) pin(l *lockHandle) (*keyState, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return nil, ErrClosed
 	}
-	l := r.active[h.key]
-	if l == nil {
-		if c, ok := r.idle.Peek(h.key); ok {
-			l = c
-			r.idle.Remove(h.key)
+	k := r.active[l.key]
+	if k == nil {
+		if c, ok := r.idle.Peek(l.key); ok {
+			k = c
+			r.idle.Remove(l.key)
 		} else {
-			l = h
+			k = newKeyState(l)
 		}
-		r.active[h.key] = l
+		r.active[l.key] = k
 	}
-	l.refs++
-	return l, nil
+	k.refs++
+	return k, nil
 }
 
-// unpin ends one use of l; the last use moves it back to the idle cache.
-func (r *Registry) unpin(l *lock) {
+// unpin ends one use of k; the last use moves it back to the idle cache.
+func (r *Registry) unpin(k *keyState) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l.refs--
-	if l.refs > 0 {
+	k.refs--
+	if k.refs > 0 {
 		return
 	}
-	delete(r.active, l.key)
-	l.lastUsed = time.Now()
-	r.idle.Add(l.key, l)
+	delete(r.active, k.key)
+	k.lastUsed = time.Now()
+	r.idle.Add(k.key, k)
 }
 
-// holder returns the live lock object of key if it is in use.
-func (r *Registry) holder(key string) *lock {
+// holder returns the state of key if it is in use.
+func (r *Registry) holder(key string) *keyState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.active[key]
 }
 
-// startCleanup registers a clean-up goroutine. It reports false once the
-// registry is closed, because Close no longer waits for new goroutines; the
-// caller then cleans up synchronously.
-func (r *Registry) startCleanup() bool {
+// startBackground registers a background goroutine that Close waits for.
+// It reports false once the registry is closed, because Close no longer
+// waits for new goroutines; the caller then does the work synchronously,
+// or not at all.
+func (r *Registry) startBackground() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return false
 	}
-	r.cleanups++
+	r.background++
 	return true
 }
 
-func (r *Registry) endCleanup() {
+func (r *Registry) endBackground() {
 	r.mu.Lock()
-	r.cleanups--
-	if r.cleanups == 0 && r.drained != nil {
+	r.background--
+	if r.background == 0 && r.drained != nil {
 		close(r.drained)
 		r.drained = nil
 	}

@@ -20,5 +20,10 @@ func TestMemoryConformance(t *testing.T) {
 	registrytest.Run(t, registrytest.Backend{
 		NewRepository: func(testing.TB) registry.Repository { return m.NewClient() },
 		DeleteExpired: m.DeleteExpired,
+		NewMissingStorage: func(testing.TB) registry.Repository {
+			q := newBreakableQueue() // stays broken
+			close(q.proceed)
+			return q
+		},
 	})
 }

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"time"
 )
 
@@ -62,15 +61,17 @@ type Queue interface {
 	Leave(ctx context.Context, key string) error
 }
 
-// A Claimer is a [Queue] whose releases hand the lease directly to the
-// first waiter, so that the waiter, woken by a [Notifier], only has to read
-// it. A registry woken by an announcement calls Claim before it asks again.
-type Claimer interface {
+// A HandOffQueue is a [Queue] whose releases hand the lease directly to
+// the first waiter, so that the waiter, woken by a [Notifier], only has to
+// read it. A registry woken by an announcement calls HandedLease before it
+// asks again.
+type HandOffQueue interface {
 	Queue
 
-	// Claim reports whether this client holds an unexpired lease on key
-	// that it did not acquire itself, and returns it; it takes nothing.
-	Claim(ctx context.Context, key string) (Lease, bool, error)
+	// HandedLease reports whether this client holds an unexpired lease on
+	// key that it did not acquire itself (a release handed it over), and
+	// returns it; it takes nothing.
+	HandedLease(ctx context.Context, key string) (Lease, bool, error)
 }
 
 // A Notifier is a [Repository] that announces released leases, so that a
@@ -95,51 +96,7 @@ type Lease struct {
 	Token int64
 
 	// TTL, if positive, is how long the lease lasts from when the
-	// statement ran: a claimed lease has only what remains of it. Zero
+	// statement ran: a handed lease has only what remains of it. Zero
 	// means the TTL that was asked for.
 	TTL time.Duration
-}
-
-var (
-	// ErrLockLost reports that a lease expired and is no longer this
-	// holder's: another client may have taken it, so the data it guarded may
-	// have been changed by someone else.
-	ErrLockLost = errors.New("registry: lock lost")
-
-	// ErrNotHeld reports an unlock or renewal of a lock that this registry
-	// does not hold.
-	ErrNotHeld = errors.New("registry: lock not held")
-
-	// ErrClosed reports use of a closed Registry or Repository.
-	ErrClosed = errors.New("registry: closed")
-
-	// ErrTransient marks repository errors that may succeed when retried.
-	// Repositories wrap such errors so that errors.Is(err, ErrTransient)
-	// holds; the registry retries them with capped, jittered backoff.
-	ErrTransient = errors.New("registry: transient error")
-
-	// ErrInvalidTTL reports a lease duration that is not positive.
-	ErrInvalidTTL = errors.New("registry: ttl must be positive")
-
-	// ErrInvalidOption reports an invalid argument to [New] or
-	// [NewLocal]: a nil repository or an option with an invalid value. The
-	// returned error names the option.
-	ErrInvalidOption = errors.New("registry: invalid option")
-)
-
-// Transient wraps err so that errors.Is(err, ErrTransient) reports true while
-// errors.Is and errors.As still see err. It returns nil for a nil err.
-func Transient(err error) error {
-	if err == nil {
-		return nil
-	}
-	return transientError{err}
-}
-
-type transientError struct{ err error }
-
-func (e transientError) Error() string { return e.err.Error() }
-func (e transientError) Unwrap() error { return e.err }
-func (e transientError) Is(target error) bool {
-	return target == ErrTransient
 }

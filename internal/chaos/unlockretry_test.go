@@ -38,7 +38,7 @@ func (r *lostReply) Release(ctx context.Context, key string) error {
 // lost, it was released. Reporting ErrLockLost would tell the caller that
 // another process may have changed the data while it held the lock.
 //
-// Found by the MariaDB restart test; fails until registry/lock.go treats
+// Found by the MariaDB restart test; fails until registry/hold.go treats
 // ErrLockLost on a retried release, sent before the lease could have
 // expired, as the earlier attempt's success (see the report of issue 5).
 func TestAnUnlockWhoseCommittedReleaseLostItsReplyIsNotALostLease(t *testing.T) {

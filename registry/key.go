@@ -1,0 +1,137 @@
+package registry
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// keyState is what a registry knows of one key: the local primitive that
+// the key's goroutines in this process queue on, and the current hold. The
+// registry keeps one per key, in its active map while a goroutine holds or
+// waits for the key, and in its idle cache otherwise.
+type keyState struct {
+	reg    *Registry
+	key    string
+	handle *lockHandle // what Obtain returns for the key
+
+	// Guarded by reg.mu.
+	refs     int // waiters plus the holder
+	lastUsed time.Time
+
+	// sem holds one token while a goroutine of this process owns the key
+	// locally; only the owner talks to the repository, so local waiters
+	// never touch the database.
+	sem chan struct{}
+
+	mu  sync.Mutex // guards cur and cleaning
+	cur *hold      // the current hold, nil when not held
+	// cleaning, while not nil, says that sem's token is held by the
+	// clean-up of an abandoned attempt, not by a holder or a taker; it is
+	// closed when the clean-up gives the token back. Giving it back and
+	// clearing cleaning happen together under mu.
+	cleaning chan struct{}
+}
+
+func newKeyState(l *lockHandle) *keyState {
+	return &keyState{reg: l.reg, key: l.key, handle: l, lastUsed: time.Now(), sem: make(chan struct{}, 1)}
+}
+
+// takeLocal waits for the key's local primitive as mode allows. A single
+// attempt (waitNever) still waits for the clean-up of an abandoned attempt,
+// which is no holder, so that it reports the key's real state: what the
+// repository says, not "held" because a failed call is tidying up.
+func (k *keyState) takeLocal(ctx context.Context, mode waitMode) (bool, error) {
+	for {
+		ok, cleaning := k.tryLocal()
+		if ok {
+			return true, nil
+		}
+		if mode != waitNever {
+			break
+		}
+		if cleaning == nil {
+			return false, nil // held or being taken in this process
+		}
+		select {
+		case <-cleaning:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-k.reg.done:
+			return false, ErrClosed
+		}
+	}
+	select {
+	case k.sem <- struct{}{}:
+		return true, nil
+	case <-ctx.Done():
+		return false, deadlineIsNotError(ctx, mode)
+	case <-k.reg.done:
+		return false, ErrClosed
+	}
+}
+
+// tryLocal takes the local primitive if it is free; if not, it returns the
+// pending clean-up that holds it, if any.
+func (k *keyState) tryLocal() (bool, <-chan struct{}) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	select {
+	case k.sem <- struct{}{}:
+		return true, nil
+	default:
+		return false, k.cleaning
+	}
+}
+
+// releaseLocal gives up the local primitive and the registry pin.
+func (k *keyState) releaseLocal() {
+	<-k.sem
+	k.reg.unpin(k)
+}
+
+// startCleaning marks the local primitive, which the caller holds, as held
+// by a clean-up from now on.
+func (k *keyState) startCleaning() {
+	k.mu.Lock()
+	k.cleaning = make(chan struct{})
+	k.mu.Unlock()
+}
+
+// endCleaning gives up the local primitive that a clean-up held, and the
+// registry pin.
+func (k *keyState) endCleaning() {
+	k.mu.Lock()
+	<-k.sem
+	close(k.cleaning)
+	k.cleaning = nil
+	k.mu.Unlock()
+	k.reg.unpin(k)
+}
+
+// current returns the current hold, nil when the key is not held.
+func (k *keyState) current() *hold {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.cur
+}
+
+// setCurrent records h, just taken, as the current hold.
+func (k *keyState) setCurrent(h *hold) {
+	k.mu.Lock()
+	k.cur = h
+	k.mu.Unlock()
+}
+
+// unhold ends the current hold and returns it, or returns nil if the key
+// is not held; of concurrent calls, only one gets the hold.
+func (k *keyState) unhold() *hold {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h := k.cur
+	k.cur = nil
+	if h != nil {
+		h.end()
+	}
+	return h
+}
