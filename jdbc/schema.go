@@ -13,8 +13,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	lockregsql "github.com/lockreg/lockreg/sql"
 )
+
+// ErrUnsupportedLayout reports a lock table whose columns are not the ones
+// lockreg needs: Spring Integration 7's INT_LOCK plus lockreg's FENCE. The
+// returned error wraps it, names the table and the layout found (such as
+// Spring Integration 5.x/6.x's, which has no EXPIRED_AFTER), and says how to
+// migrate it, with the statements for the dialect where CreateSchema does
+// not do it.
+var ErrUnsupportedLayout = errors.New("jdbc: unsupported lock table layout")
 
 // scriptPrefix matches the default table prefix in the embedded scripts.
 var scriptPrefix = regexp.MustCompile(`\bINT_`)
@@ -34,14 +44,24 @@ var scriptPrefix = regexp.MustCompile(`\bINT_`)
 // on one connection of db, which it holds for the call. On PostgreSQL and
 // SQLite the statements run in that transaction, so a failed call leaves
 // nothing half done. db should be a pool (*sql.DB, *sqlx.DB) or a single
-// connection; another jdbc.DB without a Conn method is used as it is. It
-// costs a few round trips more than one per statement.
+// connection: a jdbc.DB without a Conn method is taken to be one. It costs
+// a few round trips more than one per statement.
+//
+// It refuses a lock table of another layout, such as Spring Integration
+// 5.x/6.x's, with an error wrapping ErrUnsupportedLayout that gives the
+// statements migrating it, and changes nothing then.
 func CreateSchema(ctx context.Context, db DB, opts ...Option) error {
 	cfg, err := newConfig(db, opts)
 	if err != nil {
 		return err
 	}
-	r := &LockRepository{db: db, cfg: cfg} // for error classification
+	r := &LockRepository{db: db, cfg: cfg} // for inspectTable and error classification
+	if r.check, err = compile(checkSQL, cfg.prefix, cfg.dialect); err != nil {
+		return fmt.Errorf("jdbc: compiling a default query: %w", err) // a bug
+	}
+	if state, err := r.inspectTable(ctx); err != nil && state != tableMissing {
+		return r.wrap(ctx, "jdbc: create schema", err)
+	}
 	names, err := fs.Glob(lockregsql.FS, string(cfg.dialect)+"/*.up.sql")
 	if err != nil {
 		return fmt.Errorf("jdbc: create schema: %w", err)
@@ -219,4 +239,176 @@ func statements(script string) []string {
 		}
 	}
 	return out
+}
+
+// tableState is what inspectTable found.
+type tableState int
+
+const (
+	tableUnknown tableState = iota // with an error
+	tableMissing
+	tableComplete     // Spring Integration 7's columns and FENCE
+	tableWithoutFence // Spring Integration 7's columns only
+)
+
+// spring6Columns are the columns of Spring Integration 5.x/6.x's INT_LOCK;
+// 7 adds EXPIRED_AFTER, and lockreg FENCE.
+var spring6Columns = []string{"LOCK_KEY", "REGION", "CLIENT_ID", "CREATED_DATE"}
+
+// inspectTable tells whether the lock table is missing (then with the
+// database's error saying so), complete or lacks only FENCE, and returns an
+// error wrapping ErrUnsupportedLayout for any other layout. It is checkSQL,
+// one SELECT that reads no rows; only when that fails does it look for the
+// columns one by one. Other failures are returned as they are.
+func (r *LockRepository) inspectTable(ctx context.Context) (tableState, error) {
+	cfg := r.cfg
+	err := selectNothing(ctx, r.db, r.check.sql)
+	if err == nil {
+		return tableComplete, nil
+	}
+	if ctx.Err() != nil {
+		return tableUnknown, err
+	}
+	if isNoTable(err) {
+		return tableMissing, err
+	}
+	var sqliteCols []string // SQLite's errors carry no specific code: ask its catalog
+	if cfg.dialect == SQLite {
+		if sqliteCols, err = sqliteColumns(ctx, r.db, cfg.table); err != nil {
+			return tableUnknown, err
+		}
+		if len(sqliteCols) == 0 {
+			return tableMissing, err
+		}
+	}
+	var missing []string
+	for _, c := range append(slices.Clone(spring6Columns), "EXPIRED_AFTER", "FENCE") {
+		ok := slices.ContainsFunc(sqliteCols, func(s string) bool { return strings.EqualFold(s, c) })
+		if cfg.dialect != SQLite {
+			var cerr error
+			if ok, cerr = r.hasColumn(ctx, c); cerr != nil {
+				return tableUnknown, err
+			}
+		}
+		if !ok {
+			missing = append(missing, c)
+		}
+	}
+	switch {
+	case len(missing) == 0: // made meanwhile, or something else failed
+		if selectNothing(ctx, r.db, r.check.sql) == nil {
+			return tableComplete, nil
+		}
+		return tableUnknown, err
+	case slices.Equal(missing, []string{"FENCE"}):
+		return tableWithoutFence, nil
+	case slices.Contains(missing, "EXPIRED_AFTER") && !slices.ContainsFunc(spring6Columns, func(c string) bool {
+		return slices.Contains(missing, c)
+	}):
+		return tableUnknown, fmt.Errorf("%w: table %s has the layout of Spring Integration 5.x/6.x (no EXPIRED_AFTER column); "+
+			"lockreg needs Spring Integration 7's, which Spring 5.x/6.x applications cannot use: stop them, "+
+			"then migrate it with: %s; then call jdbc.CreateSchema or apply the scripts in lockreg's sql/%s folder, "+
+			"which add lockreg's FENCE column",
+			ErrUnsupportedLayout, cfg.table, strings.Join(spring6Migration(cfg), "; "), cfg.dialect)
+	default:
+		return tableUnknown, fmt.Errorf("%w: table %s lacks %s of Spring Integration 7's INT_LOCK, which lockreg needs "+
+			"(see lockreg's sql/%s/000001_lock.up.sql)", ErrUnsupportedLayout, cfg.table, strings.Join(missing, ", "), cfg.dialect)
+	}
+}
+
+// checkTable is the check of NewLockRepository and Check: nil for a
+// complete table, and for a missing one when missingOK; otherwise an error
+// wrapping ErrNoTable, ErrUnsupportedLayout or the database's error.
+func (r *LockRepository) checkTable(ctx context.Context, what string, missingOK bool) error {
+	state, err := r.inspectTable(ctx)
+	switch {
+	case state == tableMissing:
+		if missingOK {
+			return nil
+		}
+		return fmt.Errorf("%s: %w", what, r.noTable(err))
+	case err != nil:
+		return r.wrap(ctx, what, err)
+	case state == tableWithoutFence:
+		return fmt.Errorf("%s: %w: table %s has Spring Integration 7's layout without lockreg's FENCE column; "+
+			"add it with jdbc.CreateSchema or the scripts in lockreg's sql/%s folder",
+			what, ErrUnsupportedLayout, r.cfg.table, r.cfg.dialect)
+	}
+	return nil
+}
+
+// spring6Migration returns the statements that give a Spring Integration
+// 5.x/6.x lock table Spring 7's EXPIRED_AFTER column, as Spring 7 declares
+// it; the rows there are expired by then. SQLite cannot drop the default
+// without rebuilding the table, so there the column keeps it.
+func spring6Migration(cfg *config) []string {
+	t := cfg.table
+	switch cfg.dialect {
+	case MySQL:
+		return []string{
+			`ALTER TABLE ` + t + ` ADD EXPIRED_AFTER DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00'`,
+			`ALTER TABLE ` + t + ` ALTER COLUMN EXPIRED_AFTER DROP DEFAULT`,
+		}
+	case SQLite:
+		return []string{`ALTER TABLE ` + t + ` ADD EXPIRED_AFTER TEXT NOT NULL DEFAULT '1970-01-01 00:00:00.000'`}
+	default:
+		return []string{
+			`ALTER TABLE ` + t + ` ADD EXPIRED_AFTER TIMESTAMP NOT NULL DEFAULT '1970-01-01 00:00:00'`,
+			`ALTER TABLE ` + t + ` ALTER COLUMN EXPIRED_AFTER DROP DEFAULT`,
+		}
+	}
+}
+
+// sqliteColumns returns the column names of table, none when it does not
+// exist, from SQLite's catalog.
+func sqliteColumns(ctx context.Context, db DB, table string) ([]string, error) {
+	rows, err := db.QueryContext(ctx, `SELECT name FROM pragma_table_info(?)`, table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var cols []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, err
+		}
+		cols = append(cols, c)
+	}
+	return cols, rows.Err()
+}
+
+// hasColumn reports whether the lock table has column c by selecting it,
+// which fails with an undefined-column code when it is missing (not on
+// SQLite, whose errors carry no such code).
+func (r *LockRepository) hasColumn(ctx context.Context, c string) (bool, error) {
+	err := selectNothing(ctx, r.db, `SELECT `+c+` FROM `+r.cfg.table+` WHERE 1 = 0`)
+	if err != nil && isUndefinedColumn(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// selectNothing runs a query that returns no rows and reports its error.
+func selectNothing(ctx context.Context, db DB, query string) error {
+	rows, err := db.QueryContext(ctx, query)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+	}
+	err = rows.Err()
+	rows.Close()
+	return err
+}
+
+// isUndefinedColumn reports PostgreSQL's undefined_column and MySQL's
+// ER_BAD_FIELD_ERROR, by code.
+func isUndefinedColumn(err error) bool {
+	var st sqlState
+	if errors.As(err, &st) && st.SQLState() == "42703" {
+		return true
+	}
+	var my *mysql.MySQLError
+	return errors.As(err, &my) && my.Number == 1054
 }

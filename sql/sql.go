@@ -39,7 +39,9 @@
 // that keeps Spring's statements working, so lockreg and Spring applications
 // can share the table. Migrating down to version 1 leaves INT_LOCK as Spring
 // 7 creates it; migrating down past 000001 drops it, also when Spring made
-// it.
+// it. A Spring Integration 5.x/6.x INT_LOCK (no EXPIRED_AFTER) is not
+// migrated: CreateSchema and NewLockRepository refuse it with the
+// statements that do.
 package sql
 
 import (
