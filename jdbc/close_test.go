@@ -3,9 +3,14 @@ package jdbc_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/url"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 
 	"github.com/lockreg/lockreg/jdbc"
@@ -281,25 +286,119 @@ func TestCanceledContextIsNotTransient(t *testing.T) {
 	})
 }
 
-func TestUnreachableServerIsTransient(t *testing.T) {
-	for _, c := range []struct{ name, driver, dsn string }{
-		{"postgres-pgx", "pgx", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5"},
-		{"postgres-pq", "postgres", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5"},
-		{"mariadb", "mysql", "root@tcp(127.0.0.1:1)/test?timeout=5s"},
-	} {
+// unreachable are DSNs of servers that refuse connections.
+var unreachable = []struct{ name, driver, dsn string }{
+	{"postgres-pgx", "pgx", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5"},
+	{"postgres-pq", "postgres", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5"},
+	{"mariadb", "mysql", "root@tcp(127.0.0.1:1)/test?timeout=5s"},
+}
+
+// NewLockRepository checks the table, so an unreachable server is its
+// error, a transient one that the caller may retry.
+func TestNewLockRepositoryOnAnUnreachableServerIsTransient(t *testing.T) {
+	for _, c := range unreachable {
 		t.Run(c.name, func(t *testing.T) {
 			db := openPool(t, c.driver, c.dsn)
-			repo, err := jdbc.NewLockRepository(context.Background(), db) // no I/O
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _, err = repo.Acquire(t.Context(), uuid.NewString(), longTTL)
-			if !errors.Is(err, registry.ErrTransient) {
-				t.Fatalf("Acquire: got %v, want an error wrapping registry.ErrTransient", err)
-			}
-			if err := repo.Close(t.Context()); !errors.Is(err, registry.ErrTransient) {
-				t.Fatalf("Close: got %v, want an error wrapping registry.ErrTransient", err)
+			repo, err := jdbc.NewLockRepository(t.Context(), db)
+			if repo != nil || !errors.Is(err, registry.ErrTransient) {
+				t.Fatalf("NewLockRepository: got %v, %v; want an error wrapping registry.ErrTransient", repo, err)
 			}
 		})
+	}
+}
+
+// A server that becomes unreachable after the repository was made fails
+// its operations with transient errors.
+func TestUnreachableServerIsTransient(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		if db.Dialect == jdbc.SQLite {
+			t.Skip("SQLite has no server")
+		}
+		p := startCutProxy(t, db)
+		repo, err := jdbc.NewLockRepository(t.Context(), openPool(t, db.driver, p.dsn))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.cut()
+		_, _, err = repo.Acquire(t.Context(), uuid.NewString(), longTTL)
+		if !errors.Is(err, registry.ErrTransient) {
+			t.Fatalf("Acquire: got %v, want an error wrapping registry.ErrTransient", err)
+		}
+		if err := repo.Close(t.Context()); !errors.Is(err, registry.ErrTransient) {
+			t.Fatalf("Close: got %v, want an error wrapping registry.ErrTransient", err)
+		}
+	})
+}
+
+// cutProxy forwards TCP connections to db's server until cut, which closes
+// them and its listener, so that the server is unreachable through it.
+type cutProxy struct {
+	dsn string // db's DSN through the proxy
+	ln  net.Listener
+
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func startCutProxy(t *testing.T, db testDB) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln}
+	var target string
+	if db.Dialect == jdbc.MySQL {
+		cfg, err := mysql.ParseDSN(db.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		target, cfg.Addr = cfg.Addr, ln.Addr().String()
+		p.dsn = cfg.FormatDSN()
+	} else {
+		u, err := url.Parse(db.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		target, u.Host = u.Host, ln.Addr().String()
+		p.dsn = u.String()
+	}
+	p.wg.Go(func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", target)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, client, server)
+			p.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				io.Copy(dst, src)
+				dst.Close()
+				src.Close()
+			}
+			p.wg.Go(func() { pipe(server, client) })
+			p.wg.Go(func() { pipe(client, server) })
+		}
+	})
+	t.Cleanup(func() {
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) cut() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
 	}
 }

@@ -119,7 +119,9 @@
 // registry.ErrTransient); they are told apart by SQLSTATE and driver error
 // codes, never by message text. An operation whose context is
 // done returns an error wrapping ctx.Err(). A missing table is reported as
-// ErrNoTable.
+// ErrNoTable, a table lockreg cannot use (such as Spring Integration
+// 5.x/6.x's, without EXPIRED_AFTER) as ErrUnsupportedLayout, by
+// NewLockRepository already.
 //
 // A custom acquire query issues token 0 and leaves the queue out; a custom
 // release query sends no notification.

@@ -63,18 +63,24 @@ type holding struct {
 }
 
 // NewLockRepository returns a repository on db configured by opts; ctx
-// bounds the I/O it does. It checks the options, detects the dialect from db's driver unless
-// WithDialect is given, and compiles the queries; the statements are
-// prepared on first use. The table is not checked; call Check for that, and
-// CreateSchema to create it. On MySQL with a custom acquire query it borrows
-// a connection of db to read the driver's settings.
+// bounds the I/O it does. It checks the options, detects the dialect from
+// db's driver unless WithDialect is given, compiles the queries (the
+// statements are prepared on first use) and checks the lock table's layout
+// with one SELECT that reads no rows. A missing table is no error here, so
+// that CreateSchema or a migration may create it later; Check reports it.
+// On MySQL with a custom acquire query it also borrows a connection of db to
+// read the driver's settings.
 //
 // It returns an error for a nil db (also a typed nil such as (*sql.DB)(nil)),
 // an error wrapping ErrInvalidOption for a bad option (also for a listener
 // that cannot work with db, such as package pgxlisten's on a lib/pq
 // database), one wrapping ErrUnknownDialect when the driver is not
-// recognised, and one wrapping ErrClientFoundRows for a custom acquire query
-// on MySQL connections opened with clientFoundRows=true.
+// recognised, one wrapping ErrClientFoundRows for a custom acquire query on
+// MySQL connections opened with clientFoundRows=true, one wrapping
+// ErrUnsupportedLayout for a lock table lockreg cannot use (such as Spring
+// Integration 5.x/6.x's, or Spring 7's without FENCE), saying how to migrate
+// it, and the database's error when the table cannot be checked, classified
+// as Errors in the package doc says (an unreachable server is transient).
 func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockRepository, error) {
 	cfg, err := newConfig(db, opts)
 	if err != nil {
@@ -142,6 +148,9 @@ func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockReposit
 		if *c.dst, err = compile(c.named, cfg.prefix, cfg.dialect); err != nil {
 			return nil, fmt.Errorf("jdbc: compiling a default query: %w", err) // a bug
 		}
+	}
+	if err := r.checkTable(ctx, "jdbc: new lock repository", true); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -495,21 +504,13 @@ func (r *LockRepository) DeleteExpired(ctx context.Context) (int64, error) {
 }
 
 // Check verifies that the lock table exists with Spring Integration 7's
-// columns, as Spring's repository does on start. It returns an error
-// wrapping ErrNoTable when the table is missing. It is one SELECT that reads
-// no rows.
+// columns and lockreg's FENCE, as Spring's repository does on start. It
+// returns an error wrapping ErrNoTable when the table is missing, and one
+// wrapping ErrUnsupportedLayout, which says how to migrate the table, when
+// it has another layout, such as Spring Integration 5.x/6.x's. It is one
+// SELECT that reads no rows, and a few more when that fails.
 func (r *LockRepository) Check(ctx context.Context) error {
-	rows, err := r.db.QueryContext(ctx, r.check.sql)
-	if err == nil {
-		for rows.Next() {
-		}
-		err = rows.Err()
-		rows.Close()
-	}
-	if err != nil {
-		return r.wrap(ctx, "jdbc: check", err)
-	}
-	return nil
+	return r.checkTable(ctx, "jdbc: check", false)
 }
 
 var _ registry.Repository = (*LockRepository)(nil)

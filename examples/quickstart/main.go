@@ -47,7 +47,7 @@ func run(ctx context.Context, dsn string, lines []string, save func(ctx context.
 		return err
 	}
 	defer db.Close()
-	if err := jdbc.CreateSchema(ctx, db); err != nil { // CREATE TABLE IF NOT EXISTS INT_LOCK ...
+	if err := jdbc.CreateSchema(ctx, db); err != nil { // CREATE TABLE IF NOT EXISTS INT_LOCK ...; safe at every start
 		return err
 	}
 	// WithListener (PostgreSQL only): waiters queue and a release wakes the next.

@@ -190,11 +190,11 @@ func TestAClosedDatabaseFailsLockAttemptsWithItsError(t *testing.T) {
 			db := b.open(t)
 			run := newRun()
 			closed := b.open(t)
-			closed.Close()
 			repo, err := jdbc.NewLockRepository(context.Background(), closed, jdbc.WithRegion(run))
 			if err != nil {
-				t.Fatalf("NewLockRepository does no I/O, yet: %v", err)
+				t.Fatal(err)
 			}
+			closed.Close()
 			reg, err := registry.New(repo, registry.WithErrorHandler(func(string, error) {}))
 			if err != nil {
 				t.Fatal(err)

@@ -1,9 +1,8 @@
 -- +goose Up
 -- FENCE: lockreg's fencing token, the one column lockreg adds to Spring
 -- Integration's INT_LOCK. Its default keeps Spring's statements working, so
--- this also upgrades a table that Spring created. jdbc.CreateSchema skips it
--- when the column exists.
-ALTER TABLE INT_LOCK ADD FENCE BIGINT NOT NULL DEFAULT 0;
+-- this also upgrades a table that Spring created.
+ALTER TABLE INT_LOCK ADD COLUMN IF NOT EXISTS FENCE BIGINT NOT NULL DEFAULT 0;
 
 -- INT_LOCK_WAIT: the queue of waiters per lock, so that PostgreSQL serves
 -- them in arrival order. A row is one client's place: it lapses at
@@ -19,5 +18,5 @@ CREATE TABLE IF NOT EXISTS INT_LOCK_WAIT (
 	LEASE_MICROS BIGINT NOT NULL DEFAULT 0,
 	CONSTRAINT INT_LOCK_WAIT_PK PRIMARY KEY (LOCK_KEY, REGION, CLIENT_ID)
 );
--- For queues created before LEASE_MICROS existed; skipped when it does.
-ALTER TABLE INT_LOCK_WAIT ADD LEASE_MICROS BIGINT NOT NULL DEFAULT 0;
+-- For queues created before LEASE_MICROS existed.
+ALTER TABLE INT_LOCK_WAIT ADD COLUMN IF NOT EXISTS LEASE_MICROS BIGINT NOT NULL DEFAULT 0;

@@ -1,0 +1,286 @@
+package jdbc_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lockreg/lockreg/jdbc"
+)
+
+// schemaTarget is a place where no lock table exists yet: a fresh prefix on
+// a server, or a fresh SQLite file.
+type schemaTarget struct {
+	prefix, dsn string
+}
+
+// freshTarget returns a new schemaTarget on db's backend; the tables with
+// its prefix are dropped when t ends.
+func freshTarget(t *testing.T, db testDB) schemaTarget {
+	t.Helper()
+	st := schemaTarget{prefix: "CS" + strings.ToUpper(strings.ReplaceAll(uuid.NewString(), "-", "")[:12]) + "_", dsn: db.dsn}
+	if db.Dialect == jdbc.SQLite {
+		st.dsn = sqliteDSN(filepath.Join(t.TempDir(), "schema.db"), 5000)
+		return st
+	}
+	t.Cleanup(func() {
+		for _, s := range []string{"GROUP_MESSAGE", "GROUP", "LOCK_WAIT", "LOCK"} {
+			db.exec(t, `DROP TABLE IF EXISTS `+st.prefix+s)
+		}
+	})
+	return st
+}
+
+// open opens a pool of its own on target, as another process would; it is
+// closed when t ends.
+func (st schemaTarget) open(t testing.TB, db testDB) *sql.DB {
+	t.Helper()
+	p := openPool(t, db.driver, st.dsn)
+	if err := p.PingContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Replicas starting together each call CreateSchema at once on a fresh
+// database: every call succeeds, and the table they leave works.
+func TestConcurrentCreateSchemaCallsAllSucceed(t *testing.T) {
+	const callers, rounds = 8, 12
+	forEachDB(t, func(t *testing.T, db testDB) {
+		failed := 0
+		for round := range rounds {
+			t.Run(fmt.Sprint("round", round), func(t *testing.T) {
+				st := freshTarget(t, db)
+				pools := make([]*sql.DB, callers)
+				for i := range pools {
+					pools[i] = st.open(t, db)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				var (
+					wg    sync.WaitGroup
+					start = make(chan struct{})
+					errs  = make([]error, callers)
+				)
+				for i, p := range pools {
+					wg.Go(func() {
+						<-start
+						errs[i] = jdbc.CreateSchema(ctx, p, jdbc.WithPrefix(st.prefix))
+					})
+				}
+				close(start)
+				wg.Wait()
+				for i, err := range errs {
+					if err != nil {
+						failed++
+						t.Errorf("caller %d of %d: %v", i, callers, err)
+					}
+				}
+				repo := newRepoOn(t, pools[0], jdbc.WithPrefix(st.prefix), jdbc.WithRegion(randomRegion()))
+				if err := repo.Check(ctx); err != nil {
+					t.Fatalf("Check after the concurrent calls: %v", err)
+				}
+				mustAcquire(t, repo, "k", longTTL)
+			})
+		}
+		if failed > 0 {
+			t.Errorf("%d of %d calls failed", failed, callers*rounds)
+		}
+	})
+}
+
+// springLockDDL is Spring Integration's CREATE TABLE for INT_LOCK (with
+// prefix), in its 5.x/6.x form without EXPIRED_AFTER when spring6 is true,
+// else in its 7 form. SQLite, which Spring has no script for, takes the
+// H2/PostgreSQL one.
+func springLockDDL(d jdbc.Dialect, prefix string, spring6 bool) string {
+	ts, tail := "TIMESTAMP", ""
+	if d == jdbc.MySQL {
+		ts, tail = "DATETIME(6)", " ENGINE=InnoDB"
+	}
+	expired := "EXPIRED_AFTER " + ts + " NOT NULL,\n\t"
+	if spring6 {
+		expired = ""
+	}
+	return `CREATE TABLE ` + prefix + `LOCK (
+	LOCK_KEY CHAR(36) NOT NULL,
+	REGION VARCHAR(100) NOT NULL,
+	CLIENT_ID CHAR(36),
+	CREATED_DATE ` + ts + ` NOT NULL,
+	` + expired + `constraint ` + prefix + `LOCK_PK primary key (LOCK_KEY, REGION)
+)` + tail
+}
+
+// spring6Table creates a Spring Integration 5.x/6.x lock table on a fresh
+// target, with one row that a Spring 6 client wrote an hour ago, and
+// returns the target and a pool on it.
+func spring6Table(t *testing.T, db testDB) (schemaTarget, *sql.DB, string) {
+	t.Helper()
+	st := freshTarget(t, db)
+	p := st.open(t, db)
+	if _, err := p.Exec(springLockDDL(db.Dialect, st.prefix, true)); err != nil {
+		t.Fatal(err)
+	}
+	region := randomRegion()
+	var created any = time.Now().UTC().Add(-time.Hour)
+	if db.Dialect == jdbc.SQLite {
+		created = created.(time.Time).Format(sqliteTime)
+	}
+	if _, err := p.Exec(db.q(`INSERT INTO `+st.prefix+`LOCK (REGION, LOCK_KEY, CLIENT_ID, CREATED_DATE) VALUES (?, ?, ?, ?)`),
+		region, jdbc.UUIDKey("k"), uuid.NewString(), created); err != nil {
+		t.Fatal(err)
+	}
+	return st, p, region
+}
+
+// wantSpring6Error checks that err says what the issue asks: the layout,
+// that lockreg needs Spring 7's, and how to migrate; it returns the
+// migration statements it gives.
+func wantSpring6Error(t *testing.T, err error, table string) []string {
+	t.Helper()
+	if !errors.Is(err, jdbc.ErrUnsupportedLayout) {
+		t.Fatalf("got %v, want an error wrapping jdbc.ErrUnsupportedLayout", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{table, "Spring Integration 5.x/6.x", "no EXPIRED_AFTER", "Spring Integration 7"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message lacks %q: %s", want, msg)
+		}
+	}
+	_, migration, ok := strings.Cut(msg, "migrate it with: ")
+	if !ok {
+		t.Fatalf("message gives no migration: %s", msg)
+	}
+	migration, _, _ = strings.Cut(migration, "; then ")
+	return strings.Split(migration, "; ")
+}
+
+// An INT_LOCK of Spring Integration 5.x/6.x lacks EXPIRED_AFTER, which every
+// statement of lockreg uses: CreateSchema refuses it, saying so and how to
+// migrate it, and leaves it as it is.
+func TestCreateSchemaRefusesASpring6LockTable(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		st, p, _ := spring6Table(t, db)
+		err := jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix))
+		if stmts := wantSpring6Error(t, err, st.prefix+"LOCK"); len(stmts) == 0 {
+			t.Error("no migration statement")
+		}
+		if _, err := p.Exec(`SELECT FENCE FROM ` + st.prefix + `LOCK`); err == nil {
+			t.Error("CreateSchema added FENCE to the table it refused")
+		}
+	})
+}
+
+// NewLockRepository, which checks the table, refuses a Spring Integration
+// 5.x/6.x INT_LOCK in the same words, instead of every acquire failing.
+func TestNewLockRepositoryRefusesASpring6LockTable(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		st, p, _ := spring6Table(t, db)
+		repo, err := jdbc.NewLockRepository(t.Context(), p, jdbc.WithPrefix(st.prefix))
+		if repo != nil {
+			repo.Close(t.Context())
+		}
+		wantSpring6Error(t, err, st.prefix+"LOCK")
+	})
+}
+
+// The statements the error gives migrate the Spring 6 table, rows and all,
+// so that CreateSchema then completes it and locks work on it.
+func TestTheMigrationThatTheSpring6ErrorGivesWorks(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		st, p, region := spring6Table(t, db)
+		stmts := wantSpring6Error(t, jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix)), st.prefix+"LOCK")
+		for _, s := range stmts {
+			if _, err := p.Exec(s); err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+		}
+		if err := jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix)); err != nil {
+			t.Fatalf("CreateSchema after the migration: %v", err)
+		}
+		repo := newRepoOn(t, p, jdbc.WithPrefix(st.prefix), jdbc.WithRegion(region))
+		if err := repo.Check(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		mustAcquire(t, repo, "k", longTTL) // the Spring 6 row is expired
+		other := newRepoOn(t, p, jdbc.WithPrefix(st.prefix), jdbc.WithRegion(region))
+		mustNotAcquire(t, other, "k", longTTL)
+	})
+}
+
+// A Spring Integration 7 INT_LOCK lacks only lockreg's FENCE: CreateSchema
+// adds it, keeping Spring's rows, and locks work on the table.
+func TestCreateSchemaCompletesASpring7LockTable(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		st := freshTarget(t, db)
+		p := st.open(t, db)
+		if _, err := p.Exec(springLockDDL(db.Dialect, st.prefix, false)); err != nil {
+			t.Fatal(err)
+		}
+		region := randomRegion()
+		db.DB = p // insertSpringRow writes to the target
+		now := time.Now()
+		db.insertSpringRow(t, st.prefix+"LOCK", region, jdbc.UUIDKey("spring"), "a-spring-client", now, now.Add(time.Hour))
+		if err := jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix)); err != nil {
+			t.Fatal(err)
+		}
+		repo := newRepoOn(t, p, jdbc.WithPrefix(st.prefix), jdbc.WithRegion(region))
+		mustNotAcquire(t, repo, "spring", longTTL) // Spring's lease stands
+		mustAcquire(t, repo, "k", longTTL)
+	})
+}
+
+// NewLockRepository refuses a Spring Integration 7 INT_LOCK that lacks
+// FENCE, naming the column and CreateSchema, instead of every acquire
+// failing.
+func TestNewLockRepositoryRefusesASpring7LockTableWithoutFence(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		st := freshTarget(t, db)
+		p := st.open(t, db)
+		if _, err := p.Exec(springLockDDL(db.Dialect, st.prefix, false)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := jdbc.NewLockRepository(t.Context(), p, jdbc.WithPrefix(st.prefix))
+		if !errors.Is(err, jdbc.ErrUnsupportedLayout) {
+			t.Fatalf("got %v, want an error wrapping jdbc.ErrUnsupportedLayout", err)
+		}
+		for _, want := range []string{st.prefix + "LOCK", "Spring Integration 7", "FENCE", "jdbc.CreateSchema"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("message lacks %q: %v", want, err)
+			}
+		}
+	})
+}
+
+// A table of the lock table's name that is no Spring lock table is refused
+// by CreateSchema and NewLockRepository, naming the columns it lacks.
+func TestATableThatIsNoLockTableIsRefused(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		st := freshTarget(t, db)
+		p := st.open(t, db)
+		if _, err := p.Exec(`CREATE TABLE ` + st.prefix + `LOCK (ID INTEGER PRIMARY KEY, REGION VARCHAR(100))`); err != nil {
+			t.Fatal(err)
+		}
+		_, newErr := jdbc.NewLockRepository(t.Context(), p, jdbc.WithPrefix(st.prefix))
+		for name, err := range map[string]error{
+			"CreateSchema":      jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix)),
+			"NewLockRepository": newErr,
+		} {
+			if !errors.Is(err, jdbc.ErrUnsupportedLayout) {
+				t.Errorf("%s: got %v, want an error wrapping jdbc.ErrUnsupportedLayout", name, err)
+				continue
+			}
+			if msg := err.Error(); !strings.Contains(msg, "LOCK_KEY, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE") {
+				t.Errorf("%s: message does not name the missing columns: %s", name, msg)
+			}
+		}
+	})
+}
