@@ -54,6 +54,7 @@ type options struct {
 	listener   Listener
 	queueTTL   time.Duration
 	onError    func(error)
+	cleanup    [2]cleanupSpec // of lock rows, of groups; see cleanup.go
 }
 
 const (
@@ -99,8 +100,10 @@ func WithListener(l Listener) Option { return func(o *options) { o.listener = l 
 func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL = d } }
 
 // WithErrorHandler sets the function that receives errors of the
-// repository's background work: the notification listener's failures,
-// after which it reconnects. The default logs them with log/slog.
+// background work of a repository or group store: the notification
+// listener's failures, after which it reconnects, and the clean-up's (see
+// WithCleanup), which retries at its next interval. The default logs them
+// with log/slog.
 func WithErrorHandler(f func(error)) Option { return func(o *options) { o.onError = f } }
 
 // WithClientID sets the client id, the identity that owns the rows this
@@ -232,6 +235,9 @@ func newConfig(db DB, opts []Option) (*config, error) {
 	}
 	if c.queueTTL < 0 {
 		return nil, fmt.Errorf("%w: WithQueueTTL(%v): must be positive", ErrInvalidOption, c.queueTTL)
+	}
+	if err := c.settleCleanup(); err != nil {
+		return nil, err
 	}
 	if c.onError == nil {
 		c.onError = func(err error) { slog.Error("lockreg: jdbc", "err", err) }
