@@ -360,6 +360,7 @@ func TestGroupCleanupLeavesOnlyLiveGroups(t *testing.T) {
 		var rows groupRows
 		rows.add(db, "done", region, 2000, true, 2, 0, nil, old)
 		rows.add(db, "open", region, 100, false, 2, 2, nil, old)
+		rows.add(db, "drained", region, 50, false, 2, 0, nil, old) // open, all released so far (a resequencer's)
 		rows.add(db, "due", region, 50, true, 2, 0, db.at(now.Add(time.Hour)), old)
 		rows.add(db, "overdue", region, 50, true, 2, 0, db.at(old), old)
 		rows.add(db, "unreleased", region, 50, true, 2, 1, nil, old)
@@ -393,7 +394,7 @@ func TestGroupCleanupLeavesOnlyLiveGroups(t *testing.T) {
 			region, prefix   string
 			groups, messages int
 		}{
-			{region, "open", 100, 200}, {region, "due", 50, 100}, {region, "overdue", 50, 100},
+			{region, "open", 100, 200}, {region, "drained", 50, 100}, {region, "due", 50, 100}, {region, "overdue", 50, 100},
 			{region, "unreleased", 50, 100}, {region, "recent", 100, 200}, {other, "done", 50, 100},
 		} {
 			if n := db.countRows(t, "INT_GROUP", "GROUP_KEY", c.region, c.prefix); n != c.groups {
