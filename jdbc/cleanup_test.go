@@ -17,7 +17,7 @@ import (
 )
 
 // spyDB is a database that records what the clean-up sends through it: the
-// rows each DELETE affected, and the statements that name its lease key.
+// rows each DELETE affected, and the acquisitions of its lease.
 // Prepared statements (the lock operations') and transactions (the group
 // store's) pass unseen.
 type spyDB struct {
@@ -33,7 +33,11 @@ func newSpy(db *sql.DB, leaseKey string) *spyDB {
 	return &spyDB{DB: db, leaseKey: leaseKey, deletes: map[string][]int64{}}
 }
 
-func (s *spyDB) noteLease(args []any) {
+// noteLease counts the acquisitions (not the renewals) of the lease.
+func (s *spyDB) noteLease(query string, args []any) {
+	if !strings.HasPrefix(query, "INSERT") {
+		return
+	}
 	for _, a := range args {
 		if a == s.leaseKey {
 			s.mu.Lock()
@@ -45,7 +49,7 @@ func (s *spyDB) noteLease(args []any) {
 }
 
 func (s *spyDB) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	s.noteLease(args)
+	s.noteLease(query, args)
 	res, err := s.DB.ExecContext(ctx, query, args...)
 	if f := strings.Fields(query); err == nil && len(f) > 2 && f[0] == "DELETE" {
 		if n, err := res.RowsAffected(); err == nil {
@@ -58,7 +62,7 @@ func (s *spyDB) ExecContext(ctx context.Context, query string, args ...any) (sql
 }
 
 func (s *spyDB) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	s.noteLease(args)
+	s.noteLease(query, args)
 	return s.DB.QueryRowContext(ctx, query, args...)
 }
 
@@ -91,6 +95,20 @@ func wantBatched(t *testing.T, spy *spyDB, table string, want int64) {
 		t.Errorf("the DELETEs from %s removed %d rows in all (%v); want %d", table, sum, counts, want)
 	}
 }
+
+// nextPass waits until the clean-up begins another pass, so that the pass
+// in flight when it was called has ended: passes run one after the other.
+func (s *spyDB) nextPass(t testing.TB) {
+	t.Helper()
+	n := s.tries()
+	waitFor(t, "the next clean-up pass", func() bool { return s.tries() > n })
+}
+
+// lockLease and groupLease are the LOCK_KEYs of the clean-up's leases.
+var (
+	lockLease  = jdbc.UUIDKey("lockreg cleanup " + table)
+	groupLease = jdbc.UUIDKey("lockreg cleanup INT_GROUP")
+)
 
 // waitFor polls cond until it holds, failing t after a minute.
 func waitFor(t testing.TB, what string, cond func() bool) {
@@ -183,13 +201,14 @@ func TestCleanupLeavesOnlyLiveLockRows(t *testing.T) {
 		db.insertRows(t, table, lockColumns, db.lockRows("held", region, 200, now.Add(time.Hour)))
 		db.insertRows(t, table, lockColumns, db.lockRows("dead", other, 100, now.Add(-2*time.Hour)))
 
-		spy := newSpy(db.DB, "")
+		spy := newSpy(db.DB, lockLease)
 		repo := newRepoOn(t, spy, jdbc.WithRegion(region), jdbc.WithKeyMapping(identity),
 			jdbc.WithCleanup(time.Hour, 20*time.Millisecond))
 		for i := range 50 {
 			mustAcquire(t, repo, fmt.Sprintf("mine-%d", i), longTTL)
 		}
 		waitFor(t, "the clean-up of the dead rows", func() bool { return db.countRows(t, table, "LOCK_KEY", region, "dead") == 0 })
+		spy.nextPass(t)
 
 		for _, c := range []struct {
 			region, prefix string
@@ -240,10 +259,12 @@ func TestCleanupSparesARowWhoseTokenIsAheadOfTheClock(t *testing.T) {
 		db.insertRows(t, table, lockColumns, db.lockRows("dead", region, 3, now.Add(-2*time.Hour)))
 		db.insertRows(t, table, lockColumns, [][]any{{"ahead", region, "some-client", db.at(now.Add(-2 * time.Hour)),
 			db.at(now.Add(-2 * time.Hour)), ahead}})
-		repo := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithKeyMapping(identity),
+		spy := newSpy(db.DB, lockLease)
+		repo := newRepoOn(t, spy, jdbc.WithRegion(region), jdbc.WithKeyMapping(identity),
 			jdbc.WithCleanup(time.Minute, 10*time.Millisecond))
 		mustAcquire(t, repo, "start", longTTL)
 		waitFor(t, "the clean-up of the dead rows", func() bool { return db.countRows(t, table, "LOCK_KEY", region, "dead") == 0 })
+		spy.nextPass(t)
 
 		if _, found := db.leaseOf(t, table, region, "ahead"); !found {
 			t.Fatal("the clean-up deleted the row whose token is ahead of the clock")
@@ -262,7 +283,7 @@ func TestCleanupSkipsWhileAnotherRepositoryHoldsItsLease(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		region := randomRegion()
 		now := db.now(t)
-		leaseKey := jdbc.UUIDKey("lockreg cleanup " + table)
+		leaseKey := lockLease
 		db.insertRows(t, table, lockColumns, db.lockRows("dead", region, 100, now.Add(-2*time.Hour)))
 		db.insertRows(t, table, lockColumns, [][]any{{leaseKey, region, "other-instance", db.at(now), db.at(now.Add(time.Hour)), now.UnixMicro()}})
 
@@ -283,7 +304,7 @@ func TestCleanupSkipsWhileAnotherRepositoryHoldsItsLease(t *testing.T) {
 func TestRepositoryCloseStopsTheCleanup(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		before := goleak.IgnoreCurrent()
-		spy := newSpy(db.DB, jdbc.UUIDKey("lockreg cleanup "+table))
+		spy := newSpy(db.DB, lockLease)
 		repo, err := jdbc.NewLockRepository(context.Background(), spy, jdbc.WithRegion(randomRegion()),
 			jdbc.WithCleanup(time.Minute, time.Millisecond))
 		if err != nil {
@@ -369,7 +390,7 @@ func TestGroupCleanupLeavesOnlyLiveGroups(t *testing.T) {
 		db.insertRows(t, "INT_GROUP", groupColumns, rows.groups)
 		db.insertRows(t, "INT_GROUP_MESSAGE", messageColumns, rows.messages)
 
-		spy := newSpy(db.DB, "")
+		spy := newSpy(db.DB, groupLease)
 		store, err := jdbc.NewGroupStore(spy, jdbc.WithRegion(region), jdbc.WithGroupCleanup(time.Hour, 20*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
@@ -389,6 +410,7 @@ func TestGroupCleanupLeavesOnlyLiveGroups(t *testing.T) {
 			return db.countRows(t, "INT_GROUP", "GROUP_KEY", region, "done") == 0 &&
 				db.countRows(t, "INT_GROUP_MESSAGE", "GROUP_KEY", region, "done") == 0
 		})
+		spy.nextPass(t)
 
 		for _, c := range []struct {
 			region, prefix   string
@@ -469,7 +491,7 @@ func TestDeleteCompletedDeletesOnlyFinishedGroups(t *testing.T) {
 func TestGroupStoreCloseStopsTheCleanup(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		before := goleak.IgnoreCurrent()
-		spy := newSpy(db.DB, jdbc.UUIDKey("lockreg cleanup INT_GROUP"))
+		spy := newSpy(db.DB, groupLease)
 		store, err := jdbc.NewGroupStore(spy, jdbc.WithRegion(randomRegion()), jdbc.WithGroupCleanup(time.Minute, time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
