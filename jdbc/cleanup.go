@@ -52,15 +52,18 @@ const (
 // deleted only once its token is also more than retention behind the
 // database's clock, from which the next acquisition of the key takes its
 // token. So tokens increase across the clean-up unless the database's clock
-// steps back by more than the retention; a shorter retention narrows that
-// margin and buys nothing else, since an expired row is reused by the next
-// acquisition of its key anyway.
+// steps back by more than the retention. A shorter retention narrows that
+// margin; a longer one keeps more rows: the table holds a row for each key
+// locked within the retention (an expired row is reused by the next
+// acquisition of its key).
 //
 // The work is coordinated through the lock table itself: a pass begins by
-// taking, for one interval, the lease on the LOCK_KEY
-// UUIDKey("lockreg cleanup " + prefix + "LOCK") in the region, which it
-// keeps when done, so that the other repositories skip their passes until
-// it lapses (Close gives it back). A pass costs that acquisition and one
+// taking the lease on the LOCK_KEY UUIDKey("lockreg cleanup " + prefix +
+// "LOCK") in the region for the interval plus 2 s (room for a batch and a
+// pause, after which it renews it), and keeps it when done, so that the
+// other repositories skip their passes until it lapses (Close gives it
+// back). A pass that outlives its lease stops, and the repository that
+// takes the lease over goes on. A pass costs that acquisition and one
 // DELETE per 1000 rows (on MySQL a SELECT of the keys and a DELETE of them,
 // which locks only the rows it deletes), with a pause as long as the batch
 // took between batches; without an index on EXPIRED_AFTER each statement
@@ -259,7 +262,7 @@ func (c *cleaner) loop(ctx context.Context) {
 
 // pass takes the lease and, if it won it, sweeps.
 func (c *cleaner) pass(ctx context.Context) error {
-	_, won, err := c.lease.doAcquire(ctx, c.lease.acquire, c.leaseKey, c.interval)
+	_, won, err := c.lease.doAcquire(ctx, c.lease.acquire, c.leaseKey, c.leaseTTL())
 	if err != nil || !won {
 		return err
 	}
@@ -268,6 +271,14 @@ func (c *cleaner) pass(ctx context.Context) error {
 	}
 	return nil
 }
+
+// leaseTTL is the length of the lease: the interval, so that the other
+// instances skip until this one's next pass, and room for a batch and a
+// pause, so that a pass keeps it from one renewal to the next while its
+// batches take less than the pause's bound. A pass that outlives its lease
+// ends at its next renewal, and the instance that takes the lease over
+// goes on.
+func (c *cleaner) leaseTTL() time.Duration { return c.interval + 2*maxCleanupPause }
 
 // between pauses as long as the last batch took, at most maxCleanupPause,
 // so that the clean-up leaves the tables to others at least half of the
@@ -281,7 +292,7 @@ func (c *cleaner) between(ctx context.Context, took time.Duration) error {
 		return ctx.Err()
 	}
 	l := c.lease
-	res, err := l.renew.exec(ctx, l.db, l.renew.q.args(l.params(c.leaseKey, c.interval)))
+	res, err := l.renew.exec(ctx, l.db, l.renew.q.args(l.params(c.leaseKey, c.leaseTTL())))
 	if err == nil {
 		err = lost(res)
 	}

@@ -96,12 +96,14 @@ func wantBatched(t *testing.T, spy *spyDB, table string, want int64) {
 	}
 }
 
-// nextPass waits until the clean-up begins another pass, so that the pass
-// in flight when it was called has ended: passes run one after the other.
+// nextPass waits until a whole clean-up pass has run since it was called:
+// passes run one after the other, so once two more have begun, the first
+// of them has ended. (A pass in flight may end early, when its lease
+// lapses between batches.)
 func (s *spyDB) nextPass(t testing.TB) {
 	t.Helper()
 	n := s.tries()
-	waitFor(t, "the next clean-up pass", func() bool { return s.tries() > n })
+	waitFor(t, "a whole clean-up pass", func() bool { return s.tries() >= n+2 })
 }
 
 // lockLease and groupLease are the LOCK_KEYs of the clean-up's leases.
