@@ -508,3 +508,33 @@ func TestGroupStoreCloseStopsTheCleanup(t *testing.T) {
 		goleak.VerifyNone(t, before, connectionWatcher)
 	})
 }
+
+func TestCleanupDeletesLapsedPlacesInTheQueue(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		if db.Dialect != jdbc.Postgres {
+			t.Skip("only PostgreSQL queues waiters")
+		}
+		region := randomRegion()
+		now := db.now(t)
+		var rows [][]any
+		for i := range 1500 {
+			rows = append(rows, []any{fmt.Sprintf("lapsed-%d", i), region, "gone-client", db.at(now.Add(-time.Hour)), db.at(now.Add(-time.Minute)), 1000})
+		}
+		for i := range 50 {
+			rows = append(rows, []any{fmt.Sprintf("waiting-%d", i), region, "some-client", db.at(now), db.at(now.Add(time.Hour)), 1000})
+		}
+		db.insertRows(t, "INT_LOCK_WAIT", []string{"LOCK_KEY", "REGION", "CLIENT_ID", "WAITING_SINCE", "WAITING_UNTIL", "LEASE_MICROS"}, rows)
+
+		spy := newSpy(db.DB, lockLease)
+		repo := newRepoOn(t, spy, jdbc.WithRegion(region), jdbc.WithCleanup(time.Hour, 10*time.Millisecond))
+		mustAcquire(t, repo, "start", longTTL)
+		waitFor(t, "the clean-up of the lapsed places", func() bool {
+			return db.countRows(t, "INT_LOCK_WAIT", "LOCK_KEY", region, "lapsed") == 0
+		})
+		spy.nextPass(t)
+		if n := db.countRows(t, "INT_LOCK_WAIT", "LOCK_KEY", region, "waiting"); n != 50 {
+			t.Errorf("%d live places left; want 50", n)
+		}
+		wantBatched(t, spy, "INT_LOCK_WAIT", 1500)
+	})
+}
