@@ -156,9 +156,10 @@ type cleaner struct {
 	lease    *LockRepository // the default statements, executed unprepared
 	leaseKey string          // a LOCK_KEY
 	// sweep deletes dead rows in batches, calling between after each full
-	// batch with the time it took.
-	sweep  func(ctx context.Context, between func(context.Context, time.Duration) error) error
-	report func(ctx context.Context, err error)
+	// batch with the time it took; wrap describes its errors.
+	sweep   func(ctx context.Context, between func(context.Context, time.Duration) error) error
+	wrap    func(ctx context.Context, err error) error
+	onError func(error)
 
 	started atomic.Bool
 	mu      sync.Mutex
@@ -171,7 +172,7 @@ type cleaner struct {
 // which) asks for, or nil if it is off. It does no I/O.
 func newCleaner(db DB, cfg *config, which int, leaseName string,
 	sweep func(context.Context, func(context.Context, time.Duration) error) error,
-	report func(context.Context, error)) (*cleaner, error) {
+	wrap func(context.Context, error) error) (*cleaner, error) {
 	spec := cfg.cleanup[which]
 	if spec.off {
 		return nil, nil
@@ -180,7 +181,8 @@ func newCleaner(db DB, cfg *config, which int, leaseName string,
 	if err != nil {
 		return nil, err
 	}
-	return &cleaner{interval: spec.interval, lease: lease, leaseKey: UUIDKey(leaseName), sweep: sweep, report: report}, nil
+	return &cleaner{interval: spec.interval, lease: lease, leaseKey: UUIDKey(leaseName), sweep: sweep, wrap: wrap,
+		onError: cfg.onError}, nil
 }
 
 // leaseRepository returns a repository of db's lock table with the default
@@ -254,7 +256,7 @@ func (c *cleaner) loop(ctx context.Context) {
 		case <-t.C:
 		}
 		if err := c.pass(ctx); err != nil && ctx.Err() == nil {
-			c.report(ctx, err)
+			c.onError(err)
 		}
 		t.Reset(c.interval)
 	}
@@ -263,11 +265,14 @@ func (c *cleaner) loop(ctx context.Context) {
 // pass takes the lease and, if it won it, sweeps.
 func (c *cleaner) pass(ctx context.Context) error {
 	_, won, err := c.lease.doAcquire(ctx, c.lease.acquire, c.leaseKey, c.leaseTTL())
-	if err != nil || !won {
-		return err
+	if err != nil {
+		return c.lease.wrap(ctx, "jdbc: taking the clean-up lease", err) // names the lock table
 	}
-	if err := c.sweep(ctx, c.between); !errors.Is(err, errLeaseLost) {
-		return err
+	if !won {
+		return nil
+	}
+	if err := c.sweep(ctx, c.between); err != nil && !errors.Is(err, errLeaseLost) {
+		return c.wrap(ctx, err)
 	}
 	return nil
 }

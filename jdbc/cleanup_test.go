@@ -538,3 +538,32 @@ func TestCleanupDeletesLapsedPlacesInTheQueue(t *testing.T) {
 		wantBatched(t, spy, "INT_LOCK_WAIT", 1500)
 	})
 }
+
+func TestCleanupReportsFailuresToTheErrorHandler(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		var (
+			mu   sync.Mutex
+			errs []error
+		)
+		repo := newRepo(t, db, jdbc.WithPrefix("MISSING_"), jdbc.WithCleanup(time.Hour, 10*time.Millisecond),
+			jdbc.WithErrorHandler(func(err error) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}))
+		if _, _, err := repo.Acquire(context.Background(), "k", longTTL); !errors.Is(err, jdbc.ErrNoTable) {
+			t.Fatalf("Acquire: %v; want ErrNoTable", err)
+		}
+		waitFor(t, "a clean-up failure", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(errs) > 0
+		})
+		mu.Lock()
+		err := errs[0]
+		mu.Unlock()
+		if !errors.Is(err, jdbc.ErrNoTable) || !strings.Contains(err.Error(), "MISSING_LOCK") {
+			t.Errorf("the clean-up reported %v; want ErrNoTable naming MISSING_LOCK", err)
+		}
+	})
+}

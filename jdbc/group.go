@@ -90,8 +90,8 @@ func NewGroupStore(db TxDB, opts ...Option) (*GroupStore, error) {
 			_, err := s.deleteCompleted(ctx, retention, between)
 			return err
 		},
-		func(ctx context.Context, err error) {
-			cfg.onError(s.wrapGroup(ctx, "jdbc: clean-up of "+s.groups, err))
+		func(ctx context.Context, err error) error {
+			return s.wrapGroup(ctx, "jdbc: clean-up of "+s.groups, err)
 		})
 	if err != nil {
 		return nil, err

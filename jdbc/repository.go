@@ -137,7 +137,7 @@ func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockReposit
 			_, err := r.deleteDead(ctx, retention, between)
 			return err
 		},
-		func(ctx context.Context, err error) { cfg.onError(r.wrap(ctx, "jdbc: clean-up of "+cfg.table, err)) })
+		func(ctx context.Context, err error) error { return r.wrap(ctx, "jdbc: clean-up of "+cfg.table, err) })
 	if err != nil {
 		return nil, err
 	}
