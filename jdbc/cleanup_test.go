@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockreg/lockreg/groupstore"
 	"github.com/lockreg/lockreg/jdbc"
+	"github.com/lockreg/lockreg/registry"
 )
 
 // spyDB is a database that records what the clean-up sends through it: the
@@ -565,5 +566,56 @@ func TestCleanupReportsFailuresToTheErrorHandler(t *testing.T) {
 		if !errors.Is(err, jdbc.ErrNoTable) || !strings.Contains(err.Error(), "MISSING_LOCK") {
 			t.Errorf("the clean-up reported %v; want ErrNoTable naming MISSING_LOCK", err)
 		}
+	})
+}
+
+func TestRegistryCloseStopsTheCleanup(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		before := goleak.IgnoreCurrent()
+		spy := newSpy(db.DB, lockLease)
+		repo, err := jdbc.NewLockRepository(context.Background(), spy, jdbc.WithRegion(randomRegion()),
+			jdbc.WithCleanup(time.Minute, time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks, err := registry.New(repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := locks.Obtain("k")
+		if err := l.LockContext(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "a clean-up pass", func() bool { return spy.tries() > 0 })
+		if err := l.UnlockContext(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := locks.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		goleak.VerifyNone(t, before, connectionWatcher)
+	})
+}
+
+func TestWithoutCleanupStartsNoGoroutine(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		before := goleak.IgnoreCurrent()
+		repo := newRepo(t, db, jdbc.WithoutCleanup())
+		mustAcquire(t, repo, "k", longTTL)
+		store := newGroupStore(t, db, jdbc.WithoutCleanup())
+		if _, _, err := store.Add(context.Background(), "g", groupstore.Message{UUID: "m"}, 0); err != nil {
+			t.Fatal(err)
+		}
+		goleak.VerifyNone(t, before, connectionWatcher)
+	})
+}
+
+func TestWithCleanupAfterWithoutCleanupTurnsItOn(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		region := randomRegion()
+		db.insertRows(t, table, lockColumns, db.lockRows("dead", region, 3, db.now(t).Add(-2*time.Hour)))
+		repo := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithoutCleanup(), jdbc.WithCleanup(time.Minute, 10*time.Millisecond))
+		mustAcquire(t, repo, "k", longTTL)
+		waitFor(t, "the clean-up of the dead rows", func() bool { return db.countRows(t, table, "LOCK_KEY", region, "dead") == 0 })
 	})
 }

@@ -67,7 +67,9 @@ type holding struct {
 // bounds the I/O it does. Today it does none: it checks the options, detects the dialect from db's driver unless
 // WithDialect is given, and compiles the queries; the statements are
 // prepared on first use. The table is not checked; call Check for that, and
-// CreateSchema to create it.
+// CreateSchema to create it. Unless WithoutCleanup is given, the first
+// acquisition starts the background clean-up (WithCleanup), one goroutine
+// that runs until Close.
 //
 // It returns an error for a nil db (also a typed nil such as (*sql.DB)(nil)),
 // an error wrapping ErrInvalidOption for a bad option, and one wrapping
@@ -336,8 +338,9 @@ func lost(res sql.Result) error {
 // Release gives up this client's lease on key by expiring its row in place,
 // expired or not (nobody else has held an expired row that is still this
 // client's). The row stays, with its fencing token, for the next holder,
-// until the clean-up (WithCleanup) or DeleteExpired removes it. Release fails with an error wrapping
-// registry.ErrLockLost when the row is gone or belongs to another client.
+// until the clean-up (WithCleanup) or DeleteExpired removes it. Release
+// fails with an error wrapping registry.ErrLockLost when the row is gone or
+// belongs to another client.
 // After it returns nil or ErrLockLost the key no longer counts as held, so
 // Close may expire a row left behind.
 //
