@@ -62,7 +62,9 @@
 // store (which creates the group and, with a GroupTimeout, moves its due
 // time), asks the release strategy, and on release publishes the output and
 // completes the group. By default a completed group is kept, without its
-// messages, so that late messages are recognised and discarded.
+// messages, so that late messages are recognised and discarded, until
+// MinimumTimeoutForEmptyGroups or the store's own clean-up removes it
+// (jdbc.GroupStore: 7 days after its completion, see jdbc.WithGroupCleanup).
 //
 // # Guarantees
 //

@@ -18,7 +18,9 @@
 // [Duplicate] and changes nothing. Releasing a message ([Update.Release],
 // [Update.ReleaseAll]) drops its metadata and payload but remembers its UUID
 // until the group is removed, so a redelivered message is told apart from a
-// late one.
+// late one. A store may remove finished groups after a retention
+// (jdbc.GroupStore does, 7 days after a complete group's last change, see
+// jdbc.WithGroupCleanup); a message of a removed group starts a new group.
 //
 // # Concurrency
 //

@@ -26,8 +26,8 @@
 //   - Renew moves EXPIRED_AFTER of this client's row only while the lease is
 //     unexpired; it never revives an expired lease.
 //   - Release expires this client's row in place, expired or not, so the
-//     row keeps its token for the next holder; DeleteExpired removes old
-//     rows. ReleaseAfter (for package tasklock) keeps the lease until a
+//     row keeps its token for the next holder; the clean-up removes it
+//     later (see Clean-up). ReleaseAfter (for package tasklock) keeps the lease until a
 //     minimum time after its acquisition, by the database's clock.
 //
 // # Waiting on PostgreSQL
@@ -125,6 +125,32 @@
 //
 // A custom acquire query issues token 0 and leaves the queue out; a custom
 // release query sends no notification.
+//
+// # Clean-up
+//
+// Expired rows stay in the lock table (one per key ever locked), lapsed
+// places stay in PostgreSQL's queue, and completed groups stay in the group
+// tables, with a row per message UUID, so that redeliveries are recognised.
+// A LockRepository and a GroupStore delete them in the background, on by
+// default:
+//
+//   - lock rows expired for more than 1 h (WithCleanup), only once their
+//     token is also more than that behind the database's clock, so that
+//     tokens keep increasing unless the clock steps back by more than the
+//     retention; lapsed places in the queue without a retention;
+//   - groups that are complete, hold no unreleased message, have no due
+//     time and have not changed for 7 days (WithGroupCleanup), with their
+//     message rows. Within the retention a redelivered message is still
+//     recognised; after it, it starts a new group.
+//
+// Live leases, open groups and groups with a pending timeout are never
+// deleted. One repository (or store) of a table and region does the work
+// per interval (5 min for locks, 1 h for groups): it takes a lease in the
+// lock table, and the others skip. Each statement deletes at most 1000
+// rows, with a pause between batches. The goroutine starts with the first
+// acquisition (or Add) and stops with Close (a registry's Close closes its
+// repository). WithoutCleanup turns it off; DeleteExpired and
+// DeleteCompleted clean on demand.
 //
 // # Message groups
 //

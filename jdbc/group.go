@@ -41,13 +41,18 @@ type TxDB interface {
 // Group and message keys are name-based (SHA-1) UUIDs of the correlation
 // key and the message UUID; the correlation key and UUID are kept as they
 // are beside them.
+//
+// Finished groups are deleted in the background after a retention (7 days
+// by default; see WithGroupCleanup), which bounds how long a redelivery is
+// recognised; Close stops that.
 type GroupStore struct {
 	db      TxDB
 	dialect Dialect
 	region  string
 	groups  string // table names
 	msgs    string
-	now     string // the dialect's current UTC time
+	now     string   // the dialect's current UTC time
+	cleaner *cleaner // nil WithoutCleanup
 }
 
 var _ groupstore.Store = (*GroupStore)(nil)
@@ -56,8 +61,11 @@ var _ groupstore.Store = (*GroupStore)(nil)
 var groupNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/lockreg/lockreg/jdbc/group"))
 
 // NewGroupStore returns a group store on db. Of the options it uses
-// WithPrefix, WithRegion and WithDialect, as NewLockRepository does, and
-// checks the others. It does no I/O; CreateSchema creates the tables.
+// WithPrefix, WithRegion and WithDialect, as NewLockRepository does,
+// WithGroupCleanup, WithoutCleanup and WithErrorHandler, and checks the
+// others. It does no I/O; CreateSchema creates the tables. Unless
+// WithoutCleanup is given, the first Add starts the background clean-up,
+// which runs until Close.
 func NewGroupStore(db TxDB, opts ...Option) (*GroupStore, error) {
 	if db == nil || isNil(db) {
 		return nil, errors.New("jdbc: nil database")
@@ -76,7 +84,142 @@ func NewGroupStore(db TxDB, opts ...Option) (*GroupStore, error) {
 	case SQLite:
 		s.now = `strftime('%Y-%m-%d %H:%M:%f', 'now')`
 	}
+	retention := cfg.cleanup[cleanGroups].retention
+	s.cleaner, err = newCleaner(db, cfg, cleanGroups, "lockreg cleanup "+s.groups,
+		func(ctx context.Context, between func(context.Context, time.Duration) error) error {
+			_, err := s.deleteCompleted(ctx, retention, between)
+			return err
+		},
+		func(ctx context.Context, err error) error {
+			return s.wrapGroup(ctx, "jdbc: clean-up of "+s.groups, err)
+		})
+	if err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// Close stops the background clean-up: it cancels a pass in flight and
+// waits, until ctx is done, for it to end. The store keeps working
+// otherwise; Close only ends its background work, and a later Add does
+// not restart it. It does no I/O and may be called more than once.
+func (s *GroupStore) Close(ctx context.Context) error {
+	if err := s.cleaner.stop(ctx); err != nil {
+		return fmt.Errorf("jdbc: group store close: %w", err)
+	}
+	return nil
+}
+
+// finished is the condition on a group (alias g) that the clean-up may
+// delete, with the parameters region and -retention in microseconds: it is
+// complete, holds no unreleased message, has no due time (no timeout, no
+// scheduled removal) and has not changed for the retention.
+func finished(g string) string {
+	return g + `.REGION = ? AND ` + g + `.COMPLETE = 1 AND ` + g + `.MESSAGE_COUNT = 0 AND ` + g + `.DUE_AT IS NULL AND ` +
+		g + `.UPDATED_DATE < {PLUS}`
+}
+
+// DeleteCompleted deletes the finished groups of the store's region that
+// have not changed for olderThan, with the rows that remember their
+// messages, and returns how many groups it deleted. Finished means
+// complete, without unreleased messages and without a due time (see
+// WithGroupCleanup); open groups and groups with a pending timeout are
+// never deleted. A message of a deleted group is no longer recognised: Add
+// treats it as the first of a new group. The background clean-up calls it
+// with its retention; call it yourself WithoutCleanup.
+//
+// It deletes at most 1000 rows per statement, in as many statements as it
+// takes, each in its own implicit transaction: message rows first, then
+// the groups left without any (on MySQL each batch first SELECTs up to 1000
+// finished groups, a consistent read that locks nothing, and the DELETEs
+// then name them). Each statement scans the region's groups without a due
+// time. olderThan must not be negative.
+func (s *GroupStore) DeleteCompleted(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("jdbc: group delete completed: olderThan %v: %w", olderThan, ErrInvalidOption)
+	}
+	n, err := s.deleteCompleted(ctx, olderThan, nil)
+	if err != nil {
+		return n, s.wrapGroup(ctx, "jdbc: group delete completed", err)
+	}
+	return n, nil
+}
+
+// deleteCompleted deletes finished groups in batches, calling between after
+// each full batch, and returns the groups it deleted.
+func (s *GroupStore) deleteCompleted(ctx context.Context, retention time.Duration,
+	between func(context.Context, time.Duration) error) (int64, error) {
+	ago := -micros(retention)
+	if s.dialect == MySQL {
+		return drain(ctx, func(ctx context.Context) (int64, bool, error) { return s.sweepMySQL(ctx, ago) }, between)
+	}
+	// PostgreSQL's SKIP LOCKED passes over rows another transaction is
+	// writing; the locked rows' conditions are checked again on their
+	// latest version. SQLite has one writer at a time.
+	msgs := `DELETE FROM {M} WHERE (GROUP_KEY, REGION, MESSAGE_KEY) IN (SELECT m.GROUP_KEY, m.REGION, m.MESSAGE_KEY ` +
+		`FROM {M} m JOIN {G} g ON g.GROUP_KEY = m.GROUP_KEY AND g.REGION = m.REGION WHERE ` + finished("g") +
+		` LIMIT ? FOR UPDATE SKIP LOCKED)`
+	groups := `DELETE FROM {G} WHERE (GROUP_KEY, REGION) IN (SELECT g.GROUP_KEY, g.REGION FROM {G} g WHERE ` + finished("g") +
+		` AND NOT EXISTS (SELECT 1 FROM {M} m WHERE m.GROUP_KEY = g.GROUP_KEY AND m.REGION = g.REGION) LIMIT ? FOR UPDATE SKIP LOCKED)`
+	if s.dialect == SQLite {
+		msgs = `DELETE FROM {M} WHERE rowid IN (SELECT m.rowid ` +
+			`FROM {M} m JOIN {G} g ON g.GROUP_KEY = m.GROUP_KEY AND g.REGION = m.REGION WHERE ` + finished("g") + ` LIMIT ?)`
+		groups = `DELETE FROM {G} WHERE rowid IN (SELECT g.rowid FROM {G} g WHERE ` + finished("g") +
+			` AND NOT EXISTS (SELECT 1 FROM {M} m WHERE m.GROUP_KEY = g.GROUP_KEY AND m.REGION = g.REGION) LIMIT ?)`
+	}
+	batch := func(query string) func(context.Context) (int64, bool, error) {
+		query = s.q(query)
+		return func(ctx context.Context) (int64, bool, error) {
+			n, err := execCount(s.db.ExecContext(ctx, query, s.region, ago, cleanupBatch))
+			return n, n == cleanupBatch, err
+		}
+	}
+	if _, err := drain(ctx, batch(msgs), between); err != nil {
+		return 0, err
+	}
+	return drain(ctx, batch(groups), between)
+}
+
+// sweepMySQL deletes one batch of finished groups on MySQL: without an
+// index that finds them, a DELETE ... LIMIT would lock every row it
+// passes under REPEATABLE READ, so a consistent read selects them and the
+// DELETEs name them, checking the condition again.
+func (s *GroupStore) sweepMySQL(ctx context.Context, ago int64) (int64, bool, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT g.GROUP_KEY FROM {G} g WHERE `+finished("g")+` LIMIT ?`),
+		s.region, ago, cleanupBatch)
+	if err != nil {
+		return 0, false, err
+	}
+	var keys []any
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return 0, false, err
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(keys) == 0 {
+		return 0, false, err
+	}
+	in := inList(len(keys))
+	args := append(append([]any{s.region}, keys...), s.region, ago)
+	msgs := s.q(`DELETE FROM {M} WHERE REGION = ? AND GROUP_KEY IN ` + in + ` AND EXISTS (SELECT 1 FROM {G} g ` +
+		`WHERE g.GROUP_KEY = {M}.GROUP_KEY AND ` + finished("g") + `) LIMIT ?`)
+	for {
+		n, err := execCount(s.db.ExecContext(ctx, msgs, append(args, cleanupBatch)...))
+		if err != nil {
+			return 0, false, err
+		}
+		if n < cleanupBatch {
+			break
+		}
+	}
+	n, err := execCount(s.db.ExecContext(ctx, s.q(`DELETE FROM {G} WHERE REGION = ? AND GROUP_KEY IN `+in+` AND `+
+		finished("{G}")+` AND NOT EXISTS (SELECT 1 FROM {M} m WHERE m.GROUP_KEY = {G}.GROUP_KEY AND m.REGION = {G}.REGION)`),
+		args...))
+	return n, len(keys) == cleanupBatch, err
 }
 
 // q completes a statement: G and M name the tables, NOW is the current
@@ -195,6 +338,7 @@ func (s *GroupStore) Add(ctx context.Context, key string, msg groupstore.Message
 		}
 		meta = string(b)
 	}
+	s.cleaner.start() // the tables have rows to clean from now on
 	gk, mk := groupKeyOf(key), messageKeyOf(msg.UUID)
 	var (
 		g       groupstore.Group

@@ -65,6 +65,7 @@ func instance(t *testing.T, db testDB, region string, pub message.Publisher, tim
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { store.Close(context.Background()) })
 	a, err := aggregator.New(aggregator.Config{Publisher: pub, OutputTopic: "out", DiscardTopic: "discard",
 		Store: store, Locks: locks, GroupTimeout: timeout, PollInterval: 10 * time.Millisecond, Logger: watermill.NopLogger{}})
 	if err != nil {

@@ -94,6 +94,7 @@ func TestReseqClusterReleasesEveryGroupCompleteAndInOrderOnPostgres(t *testing.T
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer store.Close(context.Background())
 		rs, err := resequencer.New(resequencer.Config{Publisher: out, OutputTopic: "out", DiscardTopic: "discard",
 			Store: store, Locks: regs[h], ReleasePartialSequences: true, Logger: watermill.NopLogger{}})
 		if err != nil {

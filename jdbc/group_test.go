@@ -17,6 +17,7 @@ func newGroupStore(t testing.TB, db testDB, opts ...jdbc.Option) *jdbc.GroupStor
 	if err != nil {
 		t.Fatalf("NewGroupStore: %v", err)
 	}
+	t.Cleanup(func() { s.Close(context.Background()) })
 	return s
 }
 

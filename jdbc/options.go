@@ -57,6 +57,7 @@ type options struct {
 	queueTTL   time.Duration
 	onError    func(error)
 	noPrepare  bool
+	cleanup    [2]cleanupSpec // of lock rows, of groups; see cleanup.go
 }
 
 const (
@@ -106,9 +107,10 @@ func WithListener(l Listener) Option { return func(o *options) { o.listener = l 
 func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL = d } }
 
 // WithErrorHandler sets the function that receives errors of the
-// repository's background work: the notification listener's failures, one
-// call for each, after which it reconnects with backoff (see WithListener).
-// The default logs them with log/slog.
+// background work of a repository or group store, one call for each
+// failure: the notification listener's, after which it reconnects with
+// backoff (see WithListener), and the clean-up's (see WithCleanup), which
+// retries at its next interval. The default logs them with log/slog.
 func WithErrorHandler(f func(error)) Option { return func(o *options) { o.onError = f } }
 
 // WithClientID sets the client id, the identity that owns the rows this
@@ -254,6 +256,9 @@ func newConfig(db DB, opts []Option) (*config, error) {
 	}
 	if c.queueTTL < 0 {
 		return nil, fmt.Errorf("%w: WithQueueTTL(%v): must be positive", ErrInvalidOption, c.queueTTL)
+	}
+	if err := c.settleCleanup(); err != nil {
+		return nil, err
 	}
 	if c.onError == nil {
 		c.onError = func(err error) { slog.Error("lockreg: jdbc", "err", err) }

@@ -52,6 +52,7 @@ func newOutbox(t *testing.T, db testDB, fail error) (*jdbc.Outbox, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { store.Close(context.Background()) })
 	ob, err := jdbc.NewOutbox(store, func(tx *sql.Tx) (message.Publisher, error) {
 		return rowPublisher{db: db, tx: tx, region: region, fail: fail}, nil
 	})
@@ -197,6 +198,7 @@ func TestAggregatorWithAnOutboxPublishesEachOutputExactlyOnceIntoAWatermillSQLTo
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { store.Close(context.Background()) })
 	var attempts atomic.Int64
 	broker := errors.New("first attempt fails")
 	ob, err := jdbc.NewOutbox(store, func(tx *sql.Tx) (message.Publisher, error) {

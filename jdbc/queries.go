@@ -16,6 +16,10 @@ const (
 	paramTTL      = "ttl"       // the lease length in microseconds, an int64
 	paramWait     = "wait"      // how long a place in the queue lasts, in microseconds
 	paramChannel  = "channel"   // the PostgreSQL notification channel of the table and region
+
+	// The clean-up's parameters, not offered to custom queries.
+	paramRetention = "retention" // how long a dead row is kept, in microseconds
+	paramBatch     = "batch"     // the most rows a statement deletes
 )
 
 // dialectSQL holds the default queries of one dialect, in sqlx named form,
@@ -32,8 +36,16 @@ const (
 type dialectSQL struct {
 	acquire, renew string
 	// now is the database's current UTC wall time in the table's time format;
-	// past is a moment before it, the expiry a release writes.
-	now, past string
+	// past is a moment before it, the expiry a release writes; ago is now
+	// minus :retention microseconds.
+	now, past, ago string
+	// clock is the database's clock in microseconds since 1970, from which
+	// the acquire statement issues tokens.
+	clock string
+	// sweep deletes at most :batch dead rows of the region (deadLock); on
+	// MySQL it is a SELECT of their keys, and sweepKeys, completed with a
+	// list of those keys, deletes them.
+	sweep, sweepKeys string
 }
 
 // pgAcquire is PostgreSQL's acquire statement. A lease that is this
@@ -42,7 +54,7 @@ type dialectSQL struct {
 var pgAcquire = `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE) ` +
 	`VALUES (:lock_key, :region, :client_id, timezone('UTC', now()), ` +
 	`timezone('UTC', now()) + CAST(:ttl AS BIGINT) * INTERVAL '1 microsecond', ` +
-	`CAST(EXTRACT(EPOCH FROM now()) * 1000000 AS BIGINT)) ` +
+	pgNowMicros + `) ` +
 	`ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET CLIENT_ID = EXCLUDED.CLIENT_ID, EXPIRED_AFTER = EXCLUDED.EXPIRED_AFTER, ` +
 	`FENCE = GREATEST(%sLOCK.FENCE + 1, EXCLUDED.FENCE) ` +
 	`WHERE (%sLOCK.CLIENT_ID = EXCLUDED.CLIENT_ID AND %sLOCK.EXPIRED_AFTER >= EXCLUDED.CREATED_DATE) ` +
@@ -84,7 +96,7 @@ var (
 		`r AS (UPDATE %sLOCK l SET CLIENT_ID = COALESCE((SELECT CLIENT_ID FROM nx), l.CLIENT_ID), ` +
 		`EXPIRED_AFTER = COALESCE(NOW + (SELECT LEASE_MICROS FROM nx) * INTERVAL '1 microsecond', PAST), ` +
 		`FENCE = CASE WHEN EXISTS (SELECT 1 FROM nx) ` +
-		`THEN GREATEST(l.FENCE + 1, CAST(EXTRACT(EPOCH FROM now()) * 1000000 AS BIGINT)) ELSE l.FENCE END ` +
+		`THEN GREATEST(l.FENCE + 1, ` + pgNowMicros + `) ELSE l.FENCE END ` +
 		`WHERE l.REGION = :region AND l.LOCK_KEY = :lock_key AND l.CLIENT_ID = :client_id RETURNING l.LOCK_KEY), ` +
 		`d AS (DELETE FROM %sLOCK_WAIT w USING nx, r WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region ` +
 		`AND w.CLIENT_ID = nx.CLIENT_ID) ` +
@@ -98,8 +110,29 @@ var (
 	pgLeave = `WITH d AS (DELETE FROM %sLOCK_WAIT WHERE LOCK_KEY = :lock_key AND REGION = :region AND CLIENT_ID = :client_id), ` +
 		`r AS (UPDATE %sLOCK SET EXPIRED_AFTER = PAST WHERE REGION = :region AND LOCK_KEY = :lock_key ` +
 		`AND CLIENT_ID = :client_id AND EXPIRED_AFTER > NOW) SELECT 1`
-	pgDeleteExpiredWaiters = `DELETE FROM %sLOCK_WAIT WHERE REGION = :region AND WAITING_UNTIL < NOW`
+	// pgSweepWaiters deletes at most :batch lapsed places in the queue:
+	// nobody is served or ahead from a lapsed place, and a waiter that asks
+	// again starts a new one.
+	pgSweepWaiters = `DELETE FROM %sLOCK_WAIT WHERE (LOCK_KEY, REGION, CLIENT_ID) IN (` +
+		`SELECT LOCK_KEY, REGION, CLIENT_ID FROM %sLOCK_WAIT WHERE REGION = :region AND WAITING_UNTIL < NOW ` +
+		`LIMIT :batch FOR UPDATE SKIP LOCKED)`
 )
+
+// pgNowMicros and mysqlNowMicros are the database's clock in microseconds
+// since 1970, as the acquire statements issue tokens from it.
+const (
+	pgNowMicros    = `CAST(EXTRACT(EPOCH FROM now()) * 1000000 AS BIGINT)`
+	mysqlNowMicros = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00::00::00', UTC_TIMESTAMP(6))`
+)
+
+// deadLock is the clean-up's condition for a row of the lock table that
+// nothing needs: its lease expired more than the retention ago, and its
+// token is more than the retention behind the clock, so that the token
+// the next acquisition takes from the clock is greater unless the clock
+// steps back by more than the retention meanwhile. The second half keeps
+// a row whose token ran ahead of the clock (after the clock stepped back)
+// until the clock has passed it.
+const deadLock = `REGION = :region AND EXPIRED_AFTER < AGO AND FENCE < CLOCK - :retention`
 
 // sqliteNowMicros is SQLite's clock in microseconds since 1970: exactly the
 // whole milliseconds its 'now' holds, times 1000, the instant of the
@@ -117,8 +150,14 @@ var defaultSQL = map[Dialect]dialectSQL{
 		acquire: pgAcquire,
 		renew: `UPDATE %sLOCK SET EXPIRED_AFTER = timezone('UTC', now()) + CAST(:ttl AS BIGINT) * INTERVAL '1 microsecond' ` +
 			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= timezone('UTC', now())`,
-		now:  `timezone('UTC', now())`,
-		past: `timezone('UTC', now()) - INTERVAL '1 microsecond'`,
+		now:   `timezone('UTC', now())`,
+		past:  `timezone('UTC', now()) - INTERVAL '1 microsecond'`,
+		ago:   `timezone('UTC', now()) - CAST(:retention AS BIGINT) * INTERVAL '1 microsecond'`,
+		clock: pgNowMicros,
+		// SKIP LOCKED passes over rows an acquisition is writing; the
+		// locked rows' conditions are checked again on their latest version.
+		sweep: `DELETE FROM %sLOCK WHERE (LOCK_KEY, REGION) IN (SELECT LOCK_KEY, REGION FROM %sLOCK ` +
+			`WHERE ` + deadLock + ` LIMIT :batch FOR UPDATE SKIP LOCKED)`,
 	},
 	MySQL: {
 		// MySQL evaluates the assignments left to right: the second sees the
@@ -131,7 +170,7 @@ var defaultSQL = map[Dialect]dialectSQL{
 		// it to the clock already.
 		acquire: `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE) ` +
 			`VALUES (:lock_key, :region, :client_id, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND, ` +
-			`LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00::00::00', UTC_TIMESTAMP(6)))) ` +
+			`LAST_INSERT_ID(` + mysqlNowMicros + `)) ` +
 			`ON DUPLICATE KEY UPDATE ` +
 			`CLIENT_ID = IF(CLIENT_ID = VALUES(CLIENT_ID) OR EXPIRED_AFTER < VALUES(CREATED_DATE), VALUES(CLIENT_ID), CLIENT_ID), ` +
 			`EXPIRED_AFTER = IF(CLIENT_ID = VALUES(CLIENT_ID), VALUES(EXPIRED_AFTER), EXPIRED_AFTER), ` +
@@ -139,8 +178,16 @@ var defaultSQL = map[Dialect]dialectSQL{
 			`IF(LAST_INSERT_ID(0) = 0, FENCE, FENCE))`,
 		renew: `UPDATE %sLOCK SET EXPIRED_AFTER = UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND ` +
 			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= UTC_TIMESTAMP(6)`,
-		now:  `UTC_TIMESTAMP(6)`,
-		past: `UTC_TIMESTAMP(6) - INTERVAL 1 MICROSECOND`,
+		now:   `UTC_TIMESTAMP(6)`,
+		past:  `UTC_TIMESTAMP(6) - INTERVAL 1 MICROSECOND`,
+		ago:   `UTC_TIMESTAMP(6) - INTERVAL :retention MICROSECOND`,
+		clock: mysqlNowMicros,
+		// Without an index on EXPIRED_AFTER a DELETE ... LIMIT would scan,
+		// and under REPEATABLE READ lock, every row it passes, live leases
+		// included. The SELECT is a consistent read that locks nothing; the
+		// DELETE then locks only the keys it names, and checks them again.
+		sweep:     `SELECT LOCK_KEY FROM %sLOCK WHERE ` + deadLock + ` LIMIT :batch`,
+		sweepKeys: `DELETE FROM %sLOCK WHERE ` + deadLock + ` AND LOCK_KEY IN `,
 	},
 	SQLite: {
 		// 'now' is fixed for the duration of one statement. The colons of the
@@ -156,8 +203,11 @@ var defaultSQL = map[Dialect]dialectSQL{
 		renew: `UPDATE %sLOCK SET EXPIRED_AFTER = strftime('%Y-%m-%d %H::%M::%f', 'now', printf('%.6f seconds', :ttl / 1000000.0)) ` +
 			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id ` +
 			`AND EXPIRED_AFTER >= strftime('%Y-%m-%d %H::%M::%f', 'now')`,
-		now:  `strftime('%Y-%m-%d %H::%M::%f', 'now')`,
-		past: `strftime('%Y-%m-%d %H::%M::%f', 'now', '-0.001 seconds')`,
+		now:   `strftime('%Y-%m-%d %H::%M::%f', 'now')`,
+		past:  `strftime('%Y-%m-%d %H::%M::%f', 'now', '-0.001 seconds')`,
+		ago:   `strftime('%Y-%m-%d %H::%M::%f', 'now', printf('%.6f seconds', -:retention / 1000000.0))`,
+		clock: sqliteNowMicros,
+		sweep: `DELETE FROM %sLOCK WHERE rowid IN (SELECT rowid FROM %sLOCK WHERE ` + deadLock + ` LIMIT :batch)`,
 	},
 }
 
@@ -168,9 +218,8 @@ var defaultSQL = map[Dialect]dialectSQL{
 const (
 	releaseSQL = `UPDATE %sLOCK SET EXPIRED_AFTER = PAST WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`
 	// expireMineSQL and selectMineSQL serve Close.
-	expireMineSQL    = `UPDATE %sLOCK SET EXPIRED_AFTER = PAST WHERE REGION = :region AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= NOW`
-	selectMineSQL    = `SELECT LOCK_KEY FROM %sLOCK WHERE REGION = :region AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= NOW`
-	deleteExpiredSQL = `DELETE FROM %sLOCK WHERE REGION = :region AND EXPIRED_AFTER < NOW`
+	expireMineSQL = `UPDATE %sLOCK SET EXPIRED_AFTER = PAST WHERE REGION = :region AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= NOW`
+	selectMineSQL = `SELECT LOCK_KEY FROM %sLOCK WHERE REGION = :region AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= NOW`
 	// checkSQL reads no rows but fails unless the table, all of Spring 7's
 	// columns and FENCE exist.
 	checkSQL = `SELECT LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE FROM %sLOCK WHERE 1 = 0`
@@ -187,6 +236,7 @@ type query struct {
 type params struct {
 	lockKey, region, clientID, channel string
 	ttl, wait                          int64
+	retention, batch                   int64 // the clean-up's
 }
 
 func (q query) args(p params) []any {
@@ -205,6 +255,10 @@ func (q query) args(p params) []any {
 			args[i] = p.wait
 		case paramChannel:
 			args[i] = p.channel
+		case paramRetention:
+			args[i] = p.retention
+		case paramBatch:
+			args[i] = p.batch
 		}
 	}
 	return args
@@ -221,12 +275,13 @@ func bindType(d Dialect) int {
 
 // complete puts the dialect's times into a default statement.
 func (d dialectSQL) complete(q string) string {
-	return strings.NewReplacer("PAST", d.past, "NOW", d.now).Replace(q)
+	return strings.NewReplacer("PAST", d.past, "NOW", d.now, "AGO", d.ago, "CLOCK", d.clock).Replace(q)
 }
 
 // compile replaces every %s in named with prefix and turns the sqlx named
-// parameters into positional ones. It fails on unknown parameter names.
-func compile(named, prefix string, d Dialect) (query, error) {
+// parameters into positional ones. It fails on unknown parameter names;
+// internal statements may name more.
+func compile(named, prefix string, d Dialect, internal ...string) (query, error) {
 	s := strings.ReplaceAll(named, "%s", prefix)
 	known := map[string]any{
 		paramLockKey:  paramLockKey,
@@ -235,6 +290,9 @@ func compile(named, prefix string, d Dialect) (query, error) {
 		paramTTL:      paramTTL,
 		paramWait:     paramWait,
 		paramChannel:  paramChannel,
+	}
+	for _, n := range internal {
+		known[n] = n
 	}
 	positional, names, err := sqlx.BindNamed(bindType(d), s, known)
 	if err != nil {

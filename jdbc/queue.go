@@ -32,7 +32,7 @@ func newQueue(cfg *config) (*queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jdbc: compiling a default query: %w", err)
 	}
-	purge, err := compile(d.complete(pgDeleteExpiredWaiters), cfg.prefix, Postgres)
+	purge, err := compile(d.complete(pgSweepWaiters), cfg.prefix, Postgres, paramBatch)
 	if err != nil {
 		return nil, fmt.Errorf("jdbc: compiling a default query: %w", err)
 	}

@@ -45,10 +45,11 @@ type LockRepository struct {
 	// default, which also announces the release).
 	acquireReturns, releaseReturns bool
 
-	queue *queue // PostgreSQL's waiter queue; nil elsewhere
-	ears  *ears  // listens for announced releases; nil without WithListener
+	queue   *queue   // PostgreSQL's waiter queue; nil elsewhere
+	ears    *ears    // listens for announced releases; nil without WithListener
+	cleaner *cleaner // the background clean-up; nil WithoutCleanup
 
-	deleteExpired, expireMine, selectMine, expireOne, check query
+	sweep, sweepKeys, expireMine, selectMine, expireOne, check query
 
 	mu      sync.Mutex
 	held    map[string]*holding // by normalized LOCK_KEY
@@ -70,6 +71,8 @@ type holding struct {
 // that CreateSchema or a migration may create it later; Check reports it.
 // On MySQL with a custom acquire query it also borrows a connection of db to
 // read the driver's settings.
+// Unless WithoutCleanup is given, the first acquisition starts the
+// background clean-up (WithCleanup), one goroutine that runs until Close.
 //
 // It returns an error for a nil db (also a typed nil such as (*sql.DB)(nil)),
 // an error wrapping ErrInvalidOption for a bad option (also for a listener
@@ -139,17 +142,28 @@ func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockReposit
 		dst   *query
 		named string
 	}{
-		{&r.deleteExpired, defaults.complete(deleteExpiredSQL)},
+		{&r.sweep, defaults.complete(defaults.sweep)},
+		{&r.sweepKeys, defaults.complete(defaults.sweepKeys)},
 		{&r.expireMine, defaults.complete(expireMineSQL)},
 		{&r.selectMine, defaults.complete(selectMineSQL)},
 		{&r.expireOne, defaults.complete(releaseSQL)}, // not a custom release query: Close touches only its own rows
 		{&r.check, checkSQL},
 	} {
-		if *c.dst, err = compile(c.named, cfg.prefix, cfg.dialect); err != nil {
+		if *c.dst, err = compile(c.named, cfg.prefix, cfg.dialect, paramRetention, paramBatch); err != nil {
 			return nil, fmt.Errorf("jdbc: compiling a default query: %w", err) // a bug
 		}
 	}
 	if err := r.checkTable(ctx, "jdbc: new lock repository", true); err != nil {
+		return nil, err
+	}
+	retention := cfg.cleanup[cleanLocks].retention
+	r.cleaner, err = newCleaner(db, cfg, cleanLocks, "lockreg cleanup "+cfg.table,
+		func(ctx context.Context, between func(context.Context, time.Duration) error) error {
+			_, err := r.deleteDead(ctx, retention, between)
+			return err
+		},
+		func(ctx context.Context, err error) error { return r.wrap(ctx, "jdbc: clean-up of "+cfg.table, err) })
+	if err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -272,6 +286,7 @@ func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl ti
 	if err != nil {
 		return registry.Lease{}, false, err
 	}
+	r.cleaner.start() // the table has rows to clean from now on
 	lease, acquired, err := r.doAcquire(ctx, st, lk, ttl)
 	r.end(hk, h, acquired, err == nil && !acquired)
 
@@ -351,9 +366,10 @@ func lost(res sql.Result) error {
 
 // Release gives up this client's lease on key by expiring its row in place,
 // expired or not (nobody else has held an expired row that is still this
-// client's). The row stays, with its fencing token, for the next holder;
-// DeleteExpired removes such rows. Release fails with an error wrapping
-// registry.ErrLockLost when the row is gone or belongs to another client.
+// client's). The row stays, with its fencing token, for the next holder,
+// until the clean-up (WithCleanup) or DeleteExpired removes it. Release
+// fails with an error wrapping registry.ErrLockLost when the row is gone or
+// belongs to another client.
 // After it returns nil or ErrLockLost the key no longer counts as held, so
 // Close may expire a row left behind.
 //
@@ -402,9 +418,12 @@ func (r *LockRepository) isHeld(lockKey string) bool {
 }
 
 // Close makes later Acquire calls fail with an error wrapping
-// registry.ErrClosed and releases (expires) this client's unexpired rows in
-// its region that it does not hold: rows left behind by a Release that
-// failed, or by an earlier process with the same client id. It never
+// registry.ErrClosed, stops the background clean-up (cancelling a pass in
+// flight and waiting, until ctx is done, for it to end), and releases
+// (expires) this client's unexpired rows in its region that it does not
+// hold: rows left behind by a Release that failed, or by an earlier process
+// with the same client id, and the clean-up's lease, so that another
+// repository takes the clean-up over at its next interval. It never
 // releases a lease that is held or being acquired; Renew and Release keep
 // working on those.
 //
@@ -424,6 +443,8 @@ func (r *LockRepository) Close(ctx context.Context) error {
 	r.mu.Unlock()
 
 	if first {
+		// The pass in flight is cancelled; its goroutine ends at once.
+		r.cleaner.stop(ctx)
 		if r.ears != nil {
 			r.ears.stop()
 		}
@@ -482,25 +503,74 @@ func (r *LockRepository) releaseUnheld(ctx context.Context, noneHeld bool) error
 // DeleteExpired deletes the expired rows of this repository's region,
 // whoever their client, and returns how many it deleted (Spring
 // Integration's deleteExpired); on PostgreSQL it also deletes lapsed places
-// in the waiter queue. Nothing requires calling it: an expired row
-// is taken over by the next Acquire. It is one DELETE statement, not
-// prepared, on the database's clock; without an index on EXPIRED_AFTER it
-// scans the region's rows.
+// in the waiter queue. It spares a row whose token is not yet behind the
+// database's clock (after the clock stepped back), so that the next token
+// of its key, taken from the clock, is greater. Nothing requires calling
+// it: an expired row is taken over by the next Acquire, and the background
+// clean-up (WithCleanup) deletes rows once they have been expired for its
+// retention. It deletes at most 1000 rows per statement, in as many
+// statements as it takes, not prepared, on the database's clock (on MySQL
+// each batch is a SELECT of the keys and a DELETE of them); without an
+// index on EXPIRED_AFTER each statement scans the region's rows.
 func (r *LockRepository) DeleteExpired(ctx context.Context) (int64, error) {
-	res, err := r.db.ExecContext(ctx, r.deleteExpired.sql, r.deleteExpired.args(r.params("", 0))...)
+	n, err := r.deleteDead(ctx, 0, nil)
 	if err != nil {
-		return 0, r.wrap(ctx, "jdbc: delete expired", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, r.wrap(ctx, "jdbc: delete expired", err)
-	}
-	if r.queue != nil {
-		if _, err := r.db.ExecContext(ctx, r.queue.purge.sql, r.queue.purge.args(r.params("", 0))...); err != nil {
-			return n, r.wrap(ctx, "jdbc: delete expired", err)
-		}
+		return n, r.wrap(ctx, "jdbc: delete expired", err)
 	}
 	return n, nil
+}
+
+// deleteDead deletes, in batches, the region's rows that have been dead
+// (deadLock) for retention and the lapsed places in the queue, calling
+// between after each full batch, and returns the lock rows it deleted.
+func (r *LockRepository) deleteDead(ctx context.Context, retention time.Duration,
+	between func(context.Context, time.Duration) error) (int64, error) {
+	p := r.params("", 0)
+	p.retention, p.batch = micros(retention), cleanupBatch
+	n, err := drain(ctx, func(ctx context.Context) (int64, bool, error) { return r.sweepBatch(ctx, p) }, between)
+	if err != nil || r.queue == nil {
+		return n, err
+	}
+	_, err = drain(ctx, func(ctx context.Context) (int64, bool, error) {
+		m, err := execCount(r.db.ExecContext(ctx, r.queue.purge.sql, r.queue.purge.args(p)...))
+		return m, m == cleanupBatch, err
+	}, between)
+	return n, err
+}
+
+// sweepBatch deletes one batch of dead rows and reports whether it was full.
+func (r *LockRepository) sweepBatch(ctx context.Context, p params) (int64, bool, error) {
+	if r.sweepKeys.sql == "" {
+		n, err := execCount(r.db.ExecContext(ctx, r.sweep.sql, r.sweep.args(p)...))
+		return n, n == cleanupBatch, err
+	}
+	rows, err := r.db.QueryContext(ctx, r.sweep.sql, r.sweep.args(p)...)
+	if err != nil {
+		return 0, false, err
+	}
+	var keys []any
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return 0, false, err
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(keys) == 0 {
+		return 0, false, err
+	}
+	n, err := execCount(r.db.ExecContext(ctx, r.sweepKeys.sql+inList(len(keys)), append(r.sweepKeys.args(p), keys...)...))
+	return n, len(keys) == cleanupBatch, err
+}
+
+// execCount returns the rows an Exec affected.
+func execCount(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // Check verifies that the lock table exists with Spring Integration 7's

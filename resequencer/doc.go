@@ -72,5 +72,7 @@
 // messages that arrive in reverse order costs O(n²) in reads. A release
 // adds a Publish and an Update. The timeout runner makes one ClaimDue per
 // PollInterval and instance. A kept complete group stays in the store,
-// without messages, until MinimumTimeoutForEmptyGroups removes it.
+// without messages, until MinimumTimeoutForEmptyGroups removes it or the
+// store's own clean-up does (jdbc.GroupStore: 7 days after its completion,
+// see jdbc.WithGroupCleanup).
 package resequencer

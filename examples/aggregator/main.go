@@ -103,6 +103,7 @@ func run(out io.Writer, dsn string, orders int) error {
 		if err != nil {
 			return err
 		}
+		defer store.Close(context.WithoutCancel(ctx)) // stops its background clean-up
 		cfg := aggregator.Config{
 			Publisher:    tr.publisher, // nil with an outbox: it publishes the orders
 			OutputTopic:  tr.ordersTopic,

@@ -99,6 +99,7 @@ func run(out io.Writer, dsn string, accounts, steps int) error {
 		if err != nil {
 			return err
 		}
+		defer store.Close(context.WithoutCancel(ctx)) // stops its background clean-up
 		rs, err := resequencer.New(resequencer.Config{
 			Publisher:               outPubSub,
 			OutputTopic:             "steps.ordered",
