@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockreg/lockreg/internal/dialect"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -172,38 +173,35 @@ type cleaner struct {
 // which) asks for, or nil if it is off. It does no I/O.
 func newCleaner(db DB, cfg *config, which int, leaseName string,
 	sweep func(context.Context, func(context.Context, time.Duration) error) error,
-	wrap func(context.Context, error) error) (*cleaner, error) {
+	wrap func(context.Context, error) error) *cleaner {
 	spec := cfg.cleanup[which]
 	if spec.off {
-		return nil, nil
+		return nil
 	}
-	lease, err := leaseRepository(db, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &cleaner{interval: spec.interval, lease: lease, leaseKey: UUIDKey(leaseName), sweep: sweep, wrap: wrap,
-		onError: cfg.onError}, nil
+	return &cleaner{interval: spec.interval, lease: leaseRepository(db, cfg), leaseKey: UUIDKey(leaseName), sweep: sweep,
+		wrap: wrap, onError: cfg.onError}
 }
 
 // leaseRepository returns a repository of db's lock table with the default
 // acquire and renew statements, for the clean-up's lease: not the custom
-// queries, not the queue. Its statements are never prepared (closed
-// statements execute unprepared): a lease once an interval is not worth a
-// prepared statement on each connection.
-func leaseRepository(db DB, cfg *config) (*LockRepository, error) {
+// queries, not the queue. Its statements are never prepared: a lease once
+// an interval is not worth a prepared statement on each connection.
+func leaseRepository(db DB, cfg *config) *LockRepository {
 	c := *cfg
 	c.querySet = [3]bool{}
-	d := defaultSQL[c.dialect]
-	acquire, err := compile(d.acquire, c.prefix, c.dialect)
-	if err != nil {
-		return nil, fmt.Errorf("jdbc: compiling a default query: %w", err) // a bug
-	}
-	renew, err := compile(d.renew, c.prefix, c.dialect)
-	if err != nil {
-		return nil, fmt.Errorf("jdbc: compiling a default query: %w", err)
-	}
-	return &LockRepository{db: db, cfg: &c, acquire: &stmt{q: acquire, closed: true}, renew: &stmt{q: renew, closed: true},
-		acquireReturns: c.dialect != MySQL}, nil
+	statements, _ := compileLock(&c) // without custom queries it cannot fail
+	return newRepository(db, &c, statements, true)
+}
+
+// newLockCleaner returns the clean-up of r's table and region, or nil.
+func newLockCleaner(r *LockRepository) *cleaner {
+	retention := r.cfg.cleanup[cleanLocks].retention
+	return newCleaner(r.db, r.cfg, cleanLocks, "lockreg cleanup "+r.cfg.table,
+		func(ctx context.Context, between func(context.Context, time.Duration) error) error {
+			_, err := r.deleteDead(ctx, retention, between)
+			return err
+		},
+		func(ctx context.Context, err error) error { return r.wrap(ctx, "jdbc: clean-up of "+r.cfg.table, err) })
 }
 
 // start starts the goroutine unless it runs or stop was called. It is cheap
@@ -297,7 +295,7 @@ func (c *cleaner) between(ctx context.Context, took time.Duration) error {
 		return ctx.Err()
 	}
 	l := c.lease
-	res, err := l.renew.exec(ctx, l.db, l.renew.q.args(l.params(c.leaseKey, c.leaseTTL())))
+	res, err := l.renew.exec(ctx, l.db, l.params(c.leaseKey, c.leaseTTL()).args(l.renew.q))
 	if err == nil {
 		err = lost(res)
 	}
@@ -327,15 +325,64 @@ func drain(ctx context.Context, step func(context.Context) (deleted int64, full 
 	}
 }
 
-// inList returns "(?, ?, ...)" for n values.
-func inList(n int) string {
-	b := make([]byte, 0, 3*n+1)
-	b = append(b, '(')
-	for i := range n {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, '?')
+// DeleteExpired deletes the expired rows of this repository's region,
+// whoever their client, and returns how many it deleted (Spring
+// Integration's deleteExpired); on PostgreSQL it also deletes lapsed places
+// in the waiter queue. It spares a row whose token is not yet behind the
+// database's clock (after the clock stepped back), so that the next token
+// of its key, taken from the clock, is greater. Nothing requires calling
+// it: an expired row is taken over by the next Acquire, and the background
+// clean-up (WithCleanup) deletes rows once they have been expired for its
+// retention. It deletes at most 1000 rows per statement, in as many
+// statements as it takes, not prepared, on the database's clock (on MySQL
+// each batch is a SELECT of the keys and a DELETE of them); without an
+// index on EXPIRED_AFTER each statement scans the region's rows.
+func (r *LockRepository) DeleteExpired(ctx context.Context) (int64, error) {
+	n, err := r.deleteDead(ctx, 0, nil)
+	if err != nil {
+		return n, r.wrap(ctx, "jdbc: delete expired", err)
 	}
-	return string(append(b, ')'))
+	return n, nil
+}
+
+// deleteDead deletes, in batches, the region's rows that have been dead
+// (deadLock) for retention and the lapsed places in the queue, calling
+// between after each full batch, and returns the lock rows it deleted.
+func (r *LockRepository) deleteDead(ctx context.Context, retention time.Duration,
+	between func(context.Context, time.Duration) error) (int64, error) {
+	p := r.params("", 0)
+	p.retention, p.batch = micros(retention), cleanupBatch
+	n, err := drain(ctx, func(ctx context.Context) (int64, bool, error) { return r.sweepBatch(ctx, p) }, between)
+	if err != nil || r.queue == nil {
+		return n, err
+	}
+	_, err = drain(ctx, func(ctx context.Context) (int64, bool, error) {
+		m, err := dialect.Count(r.db.ExecContext(ctx, r.queue.sweep.SQL, p.args(r.queue.sweep)...))
+		return m, m == cleanupBatch, err
+	}, between)
+	return n, err
+}
+
+// sweepBatch deletes one batch of dead rows and reports whether it was full.
+func (r *LockRepository) sweepBatch(ctx context.Context, p params) (int64, bool, error) {
+	sweep, keysQ := r.sql.sweep, r.sql.sweepKeys
+	if r.cfg.d.Lock.SweepKeys == "" {
+		n, err := dialect.Count(r.db.ExecContext(ctx, sweep.SQL, p.args(sweep)...))
+		return n, n == cleanupBatch, err
+	}
+	keys, err := dialect.Strings(r.db.QueryContext(ctx, sweep.SQL, p.args(sweep)...))
+	if err != nil || len(keys) == 0 {
+		return 0, false, err
+	}
+	n, err := dialect.Count(r.db.ExecContext(ctx, keysQ.WithList(len(keys)), keysQ.Args(p.value, anys(keys)...)...))
+	return n, len(keys) == cleanupBatch, err
+}
+
+// anys converts strings to arguments.
+func anys(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
 }

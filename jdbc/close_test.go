@@ -158,17 +158,12 @@ func TestCloseIsIdempotent(t *testing.T) {
 func TestCustomAcquireQueryIsUsed(t *testing.T) {
 	// Spring's documented tweak, "insert only if absent", writing a
 	// recognisable CREATED_DATE.
+	const values = `(LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER)
+		VALUES (:lock_key, :region, :client_id, '2000-01-01 00:00:00.000', {now+:ttl})`
 	queries := map[jdbc.Dialect]string{
-		jdbc.Postgres: `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER)
-			VALUES (:lock_key, :region, :client_id, CAST(DATE '2000-01-01' AS TIMESTAMP),
-			timezone('UTC', now()) + CAST(:ttl AS BIGINT) * INTERVAL '1 microsecond')
-			ON CONFLICT DO NOTHING`,
-		jdbc.MySQL: `INSERT IGNORE INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER)
-			VALUES (:lock_key, :region, :client_id, DATE '2000-01-01', UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND)`,
-		jdbc.SQLite: `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER)
-			VALUES (:lock_key, :region, :client_id, '2000-01-01 00::00::00.000',
-			strftime('%Y-%m-%d %H::%M::%f', 'now', printf('%.6f seconds', :ttl / 1000000.0)))
-			ON CONFLICT DO NOTHING`,
+		jdbc.Postgres: `INSERT INTO {prefix}LOCK ` + values + ` ON CONFLICT DO NOTHING`,
+		jdbc.MySQL:    `INSERT IGNORE INTO {prefix}LOCK ` + values,
+		jdbc.SQLite:   `INSERT INTO {prefix}LOCK ` + values + ` ON CONFLICT DO NOTHING`,
 	}
 	forEachDB(t, func(t *testing.T, db testDB) {
 		region := randomRegion()
@@ -183,23 +178,36 @@ func TestCustomAcquireQueryIsUsed(t *testing.T) {
 	})
 }
 
-// nowPlusTTL is the database's now + :ttl in each dialect, for custom
-// queries.
-var nowPlusTTL = map[jdbc.Dialect]string{
-	jdbc.Postgres: `timezone('UTC', now()) + CAST(:ttl AS BIGINT) * INTERVAL '1 microsecond'`,
-	jdbc.MySQL:    `UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND`,
-	jdbc.SQLite:   `strftime('%Y-%m-%d %H::%M::%f', 'now', printf('%.6f seconds', :ttl / 1000000.0))`,
-}
-
 func TestCustomRenewQueryIsUsed(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		// Spring's renew: no expiry check, so it revives an expired lease.
-		repo := newRepo(t, db, jdbc.WithRenewQuery(`UPDATE %sLOCK SET EXPIRED_AFTER = `+nowPlusTTL[db.Dialect]+
-			` WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`))
+		repo := newRepo(t, db, jdbc.WithRenewQuery(`UPDATE {prefix}LOCK SET EXPIRED_AFTER = {now+:ttl} `+
+			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`))
 		mustAcquire(t, repo, "k", shortTTL)
 		expire()
 		if err := repo.Renew(t.Context(), "k", longTTL); err != nil {
 			t.Fatalf("the custom renew query was not used: %v", err)
+		}
+	})
+}
+
+// A custom query follows the one templating rule of the package doc: the
+// macros expand to the dialect's SQL, and a colon in a string literal or a
+// comment is no parameter.
+func TestCustomQueryExpandsMacrosAndKeepsColonsInStrings(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		region := randomRegion()
+		// A release that marks the row: CREATED_DATE 2000-01-01 00:00:00.
+		repo := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithReleaseQuery(
+			`UPDATE {prefix}LOCK SET EXPIRED_AFTER = {past}, CREATED_DATE = '2000-01-01 00:00:00.000' -- not :a parameter
+			WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id /* nor :this */`))
+		mustAcquire(t, repo, "k", longTTL)
+		if err := repo.Release(t.Context(), "k"); err != nil {
+			t.Fatal(err)
+		}
+		l, ok := db.leaseOf(t, table, region, jdbc.UUIDKey("k"))
+		if !ok || l.Remaining >= 0 || l.Created.Year() != 2000 || l.Created.Hour() != 0 {
+			t.Fatalf("the row after the custom release: %+v, %v; want it expired and created 2000-01-01 00:00:00", l, ok)
 		}
 	})
 }
@@ -209,7 +217,7 @@ func TestCustomReleaseQueryIsUsed(t *testing.T) {
 		region, a, b := twoClients(t, db)
 		// A forced release, whoever holds the lock.
 		forcing := newRepo(t, db, jdbc.WithRegion(region),
-			jdbc.WithReleaseQuery(`DELETE FROM %sLOCK WHERE REGION = :region AND LOCK_KEY = :lock_key`))
+			jdbc.WithReleaseQuery(`DELETE FROM {prefix}LOCK WHERE REGION = :region AND LOCK_KEY = :lock_key`))
 		mustAcquire(t, a, "k", longTTL)
 		if err := forcing.Release(t.Context(), "k"); err != nil {
 			t.Fatalf("the custom release query was not used: %v", err)

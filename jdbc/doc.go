@@ -94,8 +94,9 @@
 // # Custom queries
 //
 // WithAcquireQuery, WithRenewQuery and WithReleaseQuery replace the default
-// statements, as Spring Integration 6.1's query setters do. A custom query is
-// one statement written with sqlx named parameters:
+// statements, as Spring Integration 6.1's query setters do. A custom query
+// is one statement written in the templating rule of lockreg's own
+// statements, which the dialect expands once, in NewLockRepository:
 //
 //	:lock_key   the mapped key (LOCK_KEY; a UUID by default)
 //	:region     the repository's region
@@ -103,12 +104,23 @@
 //	:ttl        the lease length in microseconds, an integer
 //	:wait       how long a place in the queue lasts, in microseconds
 //	:channel    the table's and region's notification channel (PostgreSQL)
+//	{prefix}    the table prefix, so {prefix}LOCK names the lock table
+//	{now}       the database's current UTC wall time, as the table holds times
+//	{past}      a moment before {now}, the expiry a release writes
+//	{clock}     the database's clock in microseconds since 1970
+//	{now+:ttl}  {now} plus a parameter in microseconds ({now-:ttl} minus it)
 //
-// Every "%s" in it is replaced by the table prefix, so "%sLOCK" names the
-// lock table. A literal colon must be written "::" (PostgreSQL casts become
-// "::::"; prefer CAST). The query is compiled to the dialect's placeholders
-// once, in NewLockRepository, which reports unknown parameters as
-// ErrInvalidOption.
+// so that one query serves every dialect:
+//
+//	jdbc.WithRenewQuery(`UPDATE {prefix}LOCK SET EXPIRED_AFTER = {now+:ttl}
+//		WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`)
+//
+// Parameters and macros are read as Spring's NamedParameterJdbcTemplate
+// reads parameters: not inside quotes or comments, and "::" (a PostgreSQL
+// cast) is no parameter, so '12:00' and x::text stay as they are. Each
+// occurrence of a parameter becomes a placeholder of the dialect ($1, $2,
+// ... on PostgreSQL, ? elsewhere). NewLockRepository reports an unknown
+// parameter or macro as ErrInvalidOption.
 //
 // # Errors
 //
@@ -117,7 +129,10 @@
 // lock-wait timeouts, SQLITE_BUSY and SQLITE_LOCKED with modernc.org/sqlite
 // or mattn/go-sqlite3, broken connections) satisfy errors.Is(err,
 // registry.ErrTransient); they are told apart by SQLSTATE and driver error
-// codes, never by message text. An operation whose context is
+// codes, never by message text, except go-sql-driver/mysql's
+// ErrInvalidConn (a connection that broke in the middle of a statement),
+// which is errors.New("invalid connection") and is recognised by that
+// exact text: package jdbc imports no driver. An operation whose context is
 // done returns an error wrapping ctx.Err(). A missing table is reported as
 // ErrNoTable, a table lockreg cannot use (such as Spring Integration
 // 5.x/6.x's, without EXPIRED_AFTER) as ErrUnsupportedLayout, by

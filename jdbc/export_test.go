@@ -9,7 +9,7 @@ import (
 // of a timer. It must be called before the listener starts (the first
 // Notify).
 func SetListenerSleep(r *LockRepository, f func(ctx context.Context, d time.Duration) bool) {
-	r.ears.sleep = f
+	r.listeners.sleep = f
 }
 
 // ListenerDelays are the bounds of the listener's backoff.

@@ -14,6 +14,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/internal/dialect"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -47,6 +48,7 @@ type TxDB interface {
 // recognised; Close stops that.
 type GroupStore struct {
 	db      TxDB
+	d       *dialect.Dialect
 	dialect Dialect
 	region  string
 	groups  string // table names
@@ -74,7 +76,7 @@ func NewGroupStore(db TxDB, opts ...Option) (*GroupStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &GroupStore{db: db, dialect: cfg.dialect, region: cfg.region,
+	s := &GroupStore{db: db, d: cfg.d, dialect: cfg.dialect, region: cfg.region,
 		groups: cfg.prefix + "GROUP", msgs: cfg.prefix + "GROUP_MESSAGE"}
 	switch cfg.dialect {
 	case Postgres:
@@ -85,7 +87,7 @@ func NewGroupStore(db TxDB, opts ...Option) (*GroupStore, error) {
 		s.now = `strftime('%Y-%m-%d %H:%M:%f', 'now')`
 	}
 	retention := cfg.cleanup[cleanGroups].retention
-	s.cleaner, err = newCleaner(db, cfg, cleanGroups, "lockreg cleanup "+s.groups,
+	s.cleaner = newCleaner(db, cfg, cleanGroups, "lockreg cleanup "+s.groups,
 		func(ctx context.Context, between func(context.Context, time.Duration) error) error {
 			_, err := s.deleteCompleted(ctx, retention, between)
 			return err
@@ -93,9 +95,6 @@ func NewGroupStore(db TxDB, opts ...Option) (*GroupStore, error) {
 		func(ctx context.Context, err error) error {
 			return s.wrapGroup(ctx, "jdbc: clean-up of "+s.groups, err)
 		})
-	if err != nil {
-		return nil, err
-	}
 	return s, nil
 }
 
@@ -170,7 +169,7 @@ func (s *GroupStore) deleteCompleted(ctx context.Context, retention time.Duratio
 	batch := func(query string) func(context.Context) (int64, bool, error) {
 		query = s.q(query)
 		return func(ctx context.Context) (int64, bool, error) {
-			n, err := execCount(s.db.ExecContext(ctx, query, s.region, ago, cleanupBatch))
+			n, err := dialect.Count(s.db.ExecContext(ctx, query, s.region, ago, cleanupBatch))
 			return n, n == cleanupBatch, err
 		}
 	}
@@ -208,7 +207,7 @@ func (s *GroupStore) sweepMySQL(ctx context.Context, ago int64) (int64, bool, er
 	msgs := s.q(`DELETE FROM {M} WHERE REGION = ? AND GROUP_KEY IN ` + in + ` AND EXISTS (SELECT 1 FROM {G} g ` +
 		`WHERE g.GROUP_KEY = {M}.GROUP_KEY AND ` + finished("g") + `) LIMIT ?`)
 	for {
-		n, err := execCount(s.db.ExecContext(ctx, msgs, append(args, cleanupBatch)...))
+		n, err := dialect.Count(s.db.ExecContext(ctx, msgs, append(args, cleanupBatch)...))
 		if err != nil {
 			return 0, false, err
 		}
@@ -216,7 +215,7 @@ func (s *GroupStore) sweepMySQL(ctx context.Context, ago int64) (int64, bool, er
 			break
 		}
 	}
-	n, err := execCount(s.db.ExecContext(ctx, s.q(`DELETE FROM {G} WHERE REGION = ? AND GROUP_KEY IN `+in+` AND `+
+	n, err := dialect.Count(s.db.ExecContext(ctx, s.q(`DELETE FROM {G} WHERE REGION = ? AND GROUP_KEY IN `+in+` AND `+
 		finished("{G}")+` AND NOT EXISTS (SELECT 1 FROM {M} m WHERE m.GROUP_KEY = {G}.GROUP_KEY AND m.REGION = {G}.REGION)`),
 		args...))
 	return n, len(keys) == cleanupBatch, err
@@ -258,9 +257,9 @@ func (s *GroupStore) wrapGroup(ctx context.Context, what string, err error) erro
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		return fmt.Errorf("%s: %w: %w", what, ctx.Err(), err)
-	case isTransient(err):
+	case dialect.IsTransient(err):
 		return registry.Transient(fmt.Errorf("%s: %w", what, err))
-	case isNoTable(err) || s.dialect == SQLite && sqliteTablesMissing(ctx, s.db, s.groups, s.msgs):
+	case s.d.IsNoTable(ctx, s.db, err, s.groups, s.msgs):
 		return fmt.Errorf("%s: %w: tables %s and %s; create them with jdbc.CreateSchema: %w",
 			what, ErrNoTable, s.groups, s.msgs, err)
 	}
@@ -272,7 +271,7 @@ func (s *GroupStore) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = s.tryTx(ctx, f)
-		if err == nil || !isTransient(err) || ctx.Err() != nil || attempt == 5 {
+		if err == nil || !dialect.IsTransient(err) || ctx.Err() != nil || attempt == 5 {
 			return err
 		}
 		t := time.NewTimer(time.Duration(attempt*attempt) * 5 * time.Millisecond)
@@ -319,7 +318,7 @@ func (r *groupRow) dest() []any {
 }
 
 func (r *groupRow) group(key string) (groupstore.Group, error) {
-	created, err := scanTime(r.created)
+	created, err := dialect.ScanTime(r.created)
 	return groupstore.Group{Key: key, ID: strings.TrimSpace(r.id), Size: int(r.count), Complete: r.complete != 0,
 		LastReleasedSequence: r.lastReleased, Releases: r.releases, Version: r.version, Created: created}, err
 }
@@ -445,9 +444,9 @@ func (s *GroupStore) Get(ctx context.Context, key string) (groupstore.Group, err
 			found = true
 			g.ID, g.Complete, g.Size = strings.TrimSpace(g.ID), complete != 0, int(count)
 			var err error
-			if g.Due, err = scanTime(due); err == nil {
-				if g.Created, err = scanTime(created); err == nil {
-					g.Updated, err = scanTime(updated)
+			if g.Due, err = dialect.ScanTime(due); err == nil {
+				if g.Created, err = dialect.ScanTime(created); err == nil {
+					g.Updated, err = dialect.ScanTime(updated)
 				}
 			}
 			if err != nil {
@@ -608,7 +607,7 @@ func (s *GroupStore) ClaimDue(ctx context.Context, limit int, lease time.Duratio
 				return err
 			}
 			var err error
-			if d.at, err = scanTime(at); err != nil {
+			if d.at, err = dialect.ScanTime(at); err != nil {
 				return err
 			}
 			claims = append(claims, d)
@@ -657,26 +656,7 @@ func (s *GroupStore) ClaimDue(ctx context.Context, limit int, lease time.Duratio
 	return out, nil
 }
 
-// scanTime converts a scanned time column: time.Time from PostgreSQL and
-// from MySQL with parseTime=true, text otherwise; NULL is the zero time.
-func scanTime(v any) (time.Time, error) {
-	var s string
-	switch t := v.(type) {
-	case nil:
-		return time.Time{}, nil
-	case time.Time:
-		return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC), nil
-	case string:
-		s = t
-	case []byte:
-		s = string(t)
-	default:
-		return time.Time{}, fmt.Errorf("unexpected time value %T", v)
-	}
-	for _, layout := range []string{"2006-01-02 15:04:05.999999999", time.RFC3339Nano} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t.UTC(), nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("unexpected time %q", s)
+// inList returns "(?, ?, ...)" for n values.
+func inList(n int) string {
+	return "(?" + strings.Repeat(", ?", n-1) + ")"
 }

@@ -50,8 +50,8 @@ func TestCustomAcquireQueryWithClientFoundRowsIsRefused(t *testing.T) {
 		found := openPool(t, db.driver, withDSNParam(db.dsn, "clientFoundRows=true"))
 		// Spring 6.1's kind of acquire: an unchanged row counts as one
 		// affected with clientFoundRows=true, which reads as acquired.
-		q := `INSERT INTO %sLOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER)
-			VALUES (:lock_key, :region, :client_id, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND)
+		q := `INSERT INTO {prefix}LOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER)
+			VALUES (:lock_key, :region, :client_id, {now}, {now+:ttl})
 			ON DUPLICATE KEY UPDATE CLIENT_ID = IF(EXPIRED_AFTER < VALUES(CREATED_DATE), VALUES(CLIENT_ID), CLIENT_ID)`
 		_, err := jdbc.NewLockRepository(t.Context(), found, jdbc.WithRegion(randomRegion()), jdbc.WithAcquireQuery(q))
 		if !errors.Is(err, jdbc.ErrClientFoundRows) || !strings.Contains(err.Error(), "clientFoundRows=true") {

@@ -46,13 +46,13 @@ const (
 	listenMaxDelay = 30 * time.Second
 )
 
-// ears dispatches a repository's notifications to the registries' waiters.
-// Its goroutine starts with the first waiter and stops at Close.
-type ears struct {
-	l       Listener
-	channel string
-	me      string // this client: announcements of hand-offs to others are not for us
-	onError func(error)
+// listenerHub dispatches a repository's notifications to the registries'
+// waiters. Its goroutine starts with the first waiter and stops at Close.
+type listenerHub struct {
+	l        Listener
+	channel  string
+	clientID string // this client: announcements of hand-offs to others are not for us
+	onError  func(error)
 	// sleep waits d or until ctx is done, reporting whether d passed; tests
 	// replace it before the listener starts.
 	sleep func(ctx context.Context, d time.Duration) bool
@@ -65,8 +65,8 @@ type ears struct {
 	done    chan struct{}
 }
 
-func newEars(l Listener, channel, me string, onError func(error)) *ears {
-	return &ears{l: l, channel: channel, me: me, onError: onError, sleep: sleep,
+func newListenerHub(l Listener, channel, clientID string, onError func(error)) *listenerHub {
+	return &listenerHub{l: l, channel: channel, clientID: clientID, onError: onError, sleep: sleep,
 		subs: make(map[string]map[chan<- struct{}]struct{})}
 }
 
@@ -88,15 +88,15 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // The first call starts the listener.
 func (r *LockRepository) Notify(key string, c chan<- struct{}) (stop func()) {
 	lk, err := r.lockKey(key)
-	if r.ears == nil || err != nil {
+	if r.listeners == nil || err != nil {
 		return func() {}
 	}
-	return r.ears.subscribe(heldKey(lk), c)
+	return r.listeners.subscribe(heldKey(lk), c)
 }
 
 var _ registry.Notifier = (*LockRepository)(nil)
 
-func (e *ears) subscribe(lockKey string, c chan<- struct{}) (stop func()) {
+func (e *listenerHub) subscribe(lockKey string, c chan<- struct{}) (stop func()) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.stopped {
@@ -125,7 +125,7 @@ func (e *ears) subscribe(lockKey string, c chan<- struct{}) (stop func()) {
 // run listens until stopped, reconnecting after failures with capped,
 // jittered exponential backoff (see listenMinDelay), reporting each failure
 // once, and wakes every waiter after each (re)connection.
-func (e *ears) run(ctx context.Context) {
+func (e *listenerHub) run(ctx context.Context) {
 	defer close(e.done)
 	delay := listenMinDelay
 	for {
@@ -150,9 +150,9 @@ func (e *ears) run(ctx context.Context) {
 
 // wake passes on an announcement: "LOCK_KEY CLIENT_ID" when a release
 // handed the lease to CLIENT_ID, which is then the only waiter to wake.
-func (e *ears) wake(payload string) {
+func (e *listenerHub) wake(payload string) {
 	key, to, _ := strings.Cut(payload, " ")
-	if to = strings.TrimSpace(to); to != "" && to != e.me {
+	if to = strings.TrimSpace(to); to != "" && to != e.clientID {
 		return
 	}
 	e.mu.Lock()
@@ -165,7 +165,7 @@ func (e *ears) wake(payload string) {
 	}
 }
 
-func (e *ears) wakeAll() {
+func (e *listenerHub) wakeAll() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, cs := range e.subs {
@@ -179,7 +179,7 @@ func (e *ears) wakeAll() {
 }
 
 // stop ends the listener and waits for its goroutine.
-func (e *ears) stop() {
+func (e *listenerHub) stop() {
 	e.mu.Lock()
 	e.stopped = true
 	started := e.started

@@ -15,7 +15,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
-	"github.com/jmoiron/sqlx"
+
+	"github.com/lockreg/lockreg/internal/dialect"
 )
 
 // Dialect names the SQL dialect a [LockRepository] speaks. Its value is also
@@ -190,6 +191,7 @@ const (
 // config is the checked result of applying options to a database.
 type config struct {
 	options
+	d     *dialect.Dialect
 	table string // prefix + "LOCK"
 	// channel is the PostgreSQL notification channel of the table and
 	// region: a hash, as channel names are at most 63 bytes long.
@@ -202,11 +204,11 @@ func invalid(option, value, why string) error {
 
 // newConfig applies and checks opts and settles the dialect of db. It does
 // no I/O.
-func newConfig(db DB, opts []Option) (*config, error) {
+func newConfig(db DB, opts []Option) (c *config, err error) {
 	if isNil(db) {
 		return nil, errors.New("jdbc: nil database")
 	}
-	c := &config{options: options{prefix: defaultPrefix, region: defaultRegion}}
+	c = &config{options: options{prefix: defaultPrefix, region: defaultRegion}}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&c.options)
@@ -236,19 +238,16 @@ func newConfig(db DB, opts []Option) (*config, error) {
 			return nil, invalid(queryOptionNames[i], c.queries[i], "the query must not be empty")
 		}
 	}
-	switch c.dialect {
-	case Postgres, MySQL, SQLite:
-	case "":
-		d, err := detectDialect(db)
-		if err != nil {
+	if c.dialect == "" {
+		if c.d, err = detectDialect(db); err != nil {
 			return nil, err
 		}
-		c.dialect = d
-	default:
+		c.dialect = Dialect(c.d.Name)
+	} else if c.d = dialect.Lookup(string(c.dialect)); c.d == nil {
 		return nil, invalid("WithDialect", string(c.dialect),
 			fmt.Sprintf("the dialect must be %q, %q or %q", Postgres, MySQL, SQLite))
 	}
-	if c.listener != nil && c.dialect != Postgres {
+	if c.listener != nil && c.d.Lock.Queue == nil {
 		return nil, fmt.Errorf("%w: WithListener: notifications need PostgreSQL, not %s", ErrInvalidOption, c.dialect)
 	}
 	if c.queueTTL == 0 {
@@ -284,51 +283,52 @@ func checkText(s string, max int) string {
 	return ""
 }
 
-// isNil reports whether db is nil, a typed nil, or an *sqlx.DB without an
-// *sql.DB.
+// isNil reports whether db is nil, a typed nil, or a pointer to a struct
+// that embeds a nil *sql.DB (an *sqlx.DB without its *sql.DB).
 func isNil(db DB) bool {
 	if db == nil {
 		return true
 	}
-	if x, ok := db.(*sqlx.DB); ok {
-		return x == nil || x.DB == nil
-	}
-	switch v := reflect.ValueOf(db); v.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+	v := reflect.ValueOf(db)
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			return true
+		}
+		if e := v.Elem(); e.Kind() == reflect.Struct {
+			for i := range e.NumField() {
+				f := e.Field(i)
+				if e.Type().Field(i).Anonymous && f.Type() == reflect.TypeFor[*sql.DB]() && f.IsNil() {
+					return true
+				}
+			}
+		}
+	case reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
 		return v.IsNil()
 	}
 	return false
 }
 
 // detectDialect tells the dialect from the package of db's driver.
-func detectDialect(db DB) (Dialect, error) {
+func detectDialect(db DB) (*dialect.Dialect, error) {
 	drv := db.Driver()
-	t := reflect.TypeOf(drv)
-	if t == nil {
-		return "", fmt.Errorf("%w: the database has no driver; use jdbc.WithDialect", ErrUnknownDialect)
+	if drv == nil {
+		return nil, fmt.Errorf("%w: the database has no driver; use jdbc.WithDialect", ErrUnknownDialect)
 	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
+	if d := dialect.Detect(drv); d != nil {
+		return d, nil
 	}
-	switch t.PkgPath() {
-	case "github.com/jackc/pgx/v5/stdlib", "github.com/jackc/pgx/v4/stdlib", "github.com/lib/pq":
-		return Postgres, nil
-	case "github.com/go-sql-driver/mysql":
-		return MySQL, nil
-	case "modernc.org/sqlite", "github.com/mattn/go-sqlite3":
-		return SQLite, nil
-	}
-	return "", fmt.Errorf("%w: driver %T is not one jdbc recognises; use jdbc.WithDialect", ErrUnknownDialect, drv)
+	return nil, fmt.Errorf("%w: driver %T is not one jdbc recognises; use jdbc.WithDialect", ErrUnknownDialect, drv)
 }
 
 // refuseFoundRows fails with an error wrapping ErrClientFoundRows when db's
-// connections are go-sql-driver/mysql ones opened with clientFoundRows=true.
-// It borrows one connection of the pool. The driver keeps the setting in an
-// unexported field, read by reflection; a driver it does not recognise (a
-// wrapped one, say) passes.
-func refuseFoundRows(ctx context.Context, db DB) error {
+// connections count found rather than changed rows (go-sql-driver/mysql's
+// clientFoundRows=true), as foundRows tells from a driver connection. It
+// borrows one connection of the pool; a driver foundRows does not
+// recognise (a wrapped one, say) passes.
+func refuseFoundRows(ctx context.Context, db DB, foundRows func(dc any) bool) error {
 	found := false
-	check := func(dc any) error { found = mysqlFoundRows(dc); return nil }
+	check := func(dc any) error { found = foundRows(dc); return nil }
 	var err error
 	switch d := db.(type) {
 	case interface{ Raw(func(any) error) error }: // *sql.Conn
@@ -351,22 +351,4 @@ func refuseFoundRows(ctx context.Context, db DB) error {
 			"acquired; remove clientFoundRows=true from the DSN (the default statements do not need it)", ErrClientFoundRows)
 	}
 	return nil
-}
-
-// mysqlFoundRows reports whether dc is a go-sql-driver/mysql connection
-// whose configuration sets ClientFoundRows.
-func mysqlFoundRows(dc any) bool {
-	v := reflect.ValueOf(dc)
-	if v.Kind() != reflect.Pointer || v.IsNil() {
-		return false
-	}
-	if v = v.Elem(); v.Kind() != reflect.Struct || v.Type().PkgPath() != "github.com/go-sql-driver/mysql" {
-		return false
-	}
-	cfg := v.FieldByName("cfg") // *mysql.Config
-	if cfg.Kind() != reflect.Pointer || cfg.IsNil() || cfg.Elem().Kind() != reflect.Struct {
-		return false
-	}
-	f := cfg.Elem().FieldByName("ClientFoundRows")
-	return f.Kind() == reflect.Bool && f.Bool()
 }

@@ -5,39 +5,18 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockreg/lockreg/internal/dialect"
 	"github.com/lockreg/lockreg/registry"
 )
 
-// queue holds PostgreSQL's waiter-queue statements. A waiter's place is a
-// row of the prefix + "LOCK_WAIT" table: the acquire statements take the
-// lease only when no live waiter of another client began to wait earlier,
-// so waiters are served in arrival order and a client that releases and
-// asks again at once queues behind them.
-type queue struct {
-	acquireOrWait, claim *stmt
-	leave, purge         query
-}
-
-func newQueue(cfg *config) (*queue, error) {
-	d := defaultSQL[Postgres]
-	aw, err := compile(d.complete(pgAcquireOrWait), cfg.prefix, Postgres)
-	if err != nil {
-		return nil, fmt.Errorf("jdbc: compiling a default query: %w", err) // a bug
-	}
-	claim, err := compile(d.complete(pgClaim), cfg.prefix, Postgres)
-	if err != nil {
-		return nil, fmt.Errorf("jdbc: compiling a default query: %w", err)
-	}
-	leave, err := compile(d.complete(pgLeave), cfg.prefix, Postgres)
-	if err != nil {
-		return nil, fmt.Errorf("jdbc: compiling a default query: %w", err)
-	}
-	purge, err := compile(d.complete(pgSweepWaiters), cfg.prefix, Postgres, paramBatch)
-	if err != nil {
-		return nil, fmt.Errorf("jdbc: compiling a default query: %w", err)
-	}
-	return &queue{acquireOrWait: &stmt{q: aw, unprepared: cfg.noPrepare}, claim: &stmt{q: claim, unprepared: cfg.noPrepare},
-		leave: leave, purge: purge}, nil
+// waitQueue holds PostgreSQL's waiter-queue statements. A waiter's place
+// is a row of the prefix + "LOCK_WAIT" table: the acquire statements take
+// the lease only when no live waiter of another client began to wait
+// earlier, so waiters are served in arrival order and a client that
+// releases and asks again at once queues behind them.
+type waitQueue struct {
+	acquireOrWait, handed *stmt
+	leave, sweep          dialect.Query
 }
 
 // AcquireOrWait is Acquire that, on PostgreSQL with WithListener, also
@@ -50,7 +29,7 @@ func newQueue(cfg *config) (*queue, error) {
 // custom acquire query, it is Acquire: the client polls, and whoever asks
 // first after a release takes the lease, as in Spring Integration.
 func (r *LockRepository) AcquireOrWait(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
-	if r.queue == nil || r.ears == nil {
+	if r.queue == nil || r.listeners == nil {
 		return r.Acquire(ctx, key, ttl)
 	}
 	return r.acquireWith(ctx, "acquire", key, ttl, r.queue.acquireOrWait)
@@ -71,7 +50,7 @@ func (r *LockRepository) HandedLease(ctx context.Context, key string) (registry.
 		return registry.Lease{}, false, fmt.Errorf("%s: %w", what, err)
 	}
 	hk := heldKey(lk)
-	h, err := r.begin(what, hk)
+	h, err := r.markAcquiring(what, hk)
 	if err != nil {
 		return registry.Lease{}, false, err
 	}
@@ -79,10 +58,10 @@ func (r *LockRepository) HandedLease(ctx context.Context, key string) (registry.
 		lease  registry.Lease
 		remain int64
 	)
-	ok, err := r.queue.claim.scan(ctx, r.db, r.queue.claim.q.args(r.params(lk, 0)), &lease.Token, &remain)
+	ok, err := r.queue.handed.scan(ctx, r.db, r.params(lk, 0).args(r.queue.handed.q), &lease.Token, &remain)
 	lease.TTL = time.Duration(remain) * time.Microsecond
 	// A claim that finds nothing says nothing of a lease held before.
-	r.end(hk, h, ok && err == nil, false)
+	r.settle(hk, h, ok && err == nil, false)
 	if err != nil {
 		return registry.Lease{}, false, r.wrap(ctx, what, err)
 	}
@@ -103,8 +82,8 @@ func (r *LockRepository) Leave(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if _, err := r.db.ExecContext(ctx, r.queue.leave.sql, r.queue.leave.args(r.params(lk, 0))...); err != nil {
-		if isNoTable(err) && ctx.Err() == nil {
+	if _, err := r.db.ExecContext(ctx, r.queue.leave.SQL, r.params(lk, 0).args(r.queue.leave)...); err != nil {
+		if r.cfg.d.IsNoTable(ctx, r.db, err) && ctx.Err() == nil {
 			return nil
 		}
 		return r.wrap(ctx, what, err)

@@ -36,6 +36,7 @@ type DB interface {
 type LockRepository struct {
 	db  DB
 	cfg *config
+	sql *lockStatements
 
 	acquire, renew, release *stmt // prepared lazily, closed by Close
 	// acquireReturns says the acquire statement returns the fencing token
@@ -45,11 +46,9 @@ type LockRepository struct {
 	// default, which also announces the release).
 	acquireReturns, releaseReturns bool
 
-	queue   *queue   // PostgreSQL's waiter queue; nil elsewhere
-	ears    *ears    // listens for announced releases; nil without WithListener
-	cleaner *cleaner // the background clean-up; nil WithoutCleanup
-
-	sweep, sweepKeys, expireMine, selectMine, expireOne, check query
+	queue     *waitQueue   // PostgreSQL's waiter queue; nil elsewhere
+	listeners *listenerHub // listens for announced releases; nil without WithListener
+	cleaner   *cleaner     // the background clean-up; nil WithoutCleanup
 
 	mu      sync.Mutex
 	held    map[string]*holding // by normalized LOCK_KEY
@@ -89,8 +88,8 @@ func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockReposit
 	if err != nil {
 		return nil, err
 	}
-	if cfg.dialect == MySQL && cfg.querySet[qAcquire] {
-		if err := refuseFoundRows(ctx, db); err != nil {
+	if cfg.d.FoundRows != nil && cfg.querySet[qAcquire] {
+		if err := refuseFoundRows(ctx, db, cfg.d.FoundRows); err != nil {
 			return nil, err
 		}
 	}
@@ -99,74 +98,42 @@ func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockReposit
 			return nil, fmt.Errorf("%w: WithListener: %w", ErrInvalidOption, err)
 		}
 	}
-	defaults := defaultSQL[cfg.dialect]
-	named := [3]string{defaults.acquire, defaults.renew, defaults.complete(releaseSQL)}
-	if cfg.dialect == Postgres {
-		named[qRelease] = defaults.complete(pgRelease) // announces the release
+	statements, err := compileLock(cfg)
+	if err != nil {
+		return nil, err
 	}
-	var prepared [3]*stmt
-	for i := range named {
-		option := ""
-		if cfg.querySet[i] {
-			named[i], option = cfg.queries[i], queryOptionNames[i]
-		}
-		q, err := compile(named[i], cfg.prefix, cfg.dialect)
-		if err != nil {
-			if option != "" {
-				return nil, fmt.Errorf("%w: %s: %w", ErrInvalidOption, option, err)
-			}
-			return nil, fmt.Errorf("jdbc: compiling a default query: %w", err) // a bug
-		}
-		prepared[i] = &stmt{q: q, unprepared: cfg.noPrepare}
-	}
-	r := &LockRepository{
-		db:      db,
-		cfg:     cfg,
-		acquire: prepared[qAcquire],
-		renew:   prepared[qRenew],
-		release: prepared[qRelease],
-		held:    make(map[string]*holding),
-
-		acquireReturns: !cfg.querySet[qAcquire] && cfg.dialect != MySQL,
-		releaseReturns: !cfg.querySet[qRelease] && cfg.dialect == Postgres,
-	}
-	if cfg.dialect == Postgres && !cfg.querySet[qAcquire] {
-		if r.queue, err = newQueue(cfg); err != nil {
-			return nil, err
-		}
-	}
+	r := newRepository(db, cfg, statements, cfg.noPrepare)
 	if cfg.listener != nil {
-		r.ears = newEars(cfg.listener, cfg.channel, cfg.clientID, cfg.onError)
-	}
-	for _, c := range []struct {
-		dst   *query
-		named string
-	}{
-		{&r.sweep, defaults.complete(defaults.sweep)},
-		{&r.sweepKeys, defaults.complete(defaults.sweepKeys)},
-		{&r.expireMine, defaults.complete(expireMineSQL)},
-		{&r.selectMine, defaults.complete(selectMineSQL)},
-		{&r.expireOne, defaults.complete(releaseSQL)}, // not a custom release query: Close touches only its own rows
-		{&r.check, checkSQL},
-	} {
-		if *c.dst, err = compile(c.named, cfg.prefix, cfg.dialect, paramRetention, paramBatch); err != nil {
-			return nil, fmt.Errorf("jdbc: compiling a default query: %w", err) // a bug
-		}
+		r.listeners = newListenerHub(cfg.listener, cfg.channel, cfg.clientID, cfg.onError)
 	}
 	if err := r.checkTable(ctx, "jdbc: new lock repository", true); err != nil {
 		return nil, err
 	}
-	retention := cfg.cleanup[cleanLocks].retention
-	r.cleaner, err = newCleaner(db, cfg, cleanLocks, "lockreg cleanup "+cfg.table,
-		func(ctx context.Context, between func(context.Context, time.Duration) error) error {
-			_, err := r.deleteDead(ctx, retention, between)
-			return err
-		},
-		func(ctx context.Context, err error) error { return r.wrap(ctx, "jdbc: clean-up of "+cfg.table, err) })
-	if err != nil {
-		return nil, err
-	}
+	r.cleaner = newLockCleaner(r)
 	return r, nil
+}
+
+// newRepository returns a repository of statements on db, without a
+// listener and without a clean-up; unprepared makes it execute every
+// statement unprepared.
+func newRepository(db DB, cfg *config, statements *lockStatements, unprepared bool) *LockRepository {
+	r := &LockRepository{
+		db:      db,
+		cfg:     cfg,
+		sql:     statements,
+		acquire: &stmt{q: statements.acquire, unprepared: unprepared},
+		renew:   &stmt{q: statements.renew, unprepared: unprepared},
+		release: &stmt{q: statements.release, unprepared: unprepared},
+		held:    make(map[string]*holding),
+
+		acquireReturns: !cfg.querySet[qAcquire] && cfg.d.Lock.TokenRow,
+		releaseReturns: !cfg.querySet[qRelease] && cfg.d.Lock.Queue != nil,
+	}
+	if q := statements.queue; q != nil {
+		r.queue = &waitQueue{acquireOrWait: &stmt{q: q.acquireOrWait, unprepared: unprepared},
+			handed: &stmt{q: q.handed, unprepared: unprepared}, leave: q.leave, sweep: q.sweep}
+	}
+	return r
 }
 
 // ClientID returns the client id that owns the rows this repository writes.
@@ -185,15 +152,6 @@ func (r *LockRepository) lockKey(key string) (string, error) {
 // heldKey normalizes a LOCK_KEY for the held set: CHAR columns ignore
 // trailing spaces, and PostgreSQL returns them padded.
 func heldKey(lockKey string) string { return strings.TrimRight(lockKey, " ") }
-
-// micros converts a positive ttl to whole microseconds, rounding up.
-func micros(ttl time.Duration) int64 {
-	m := int64(ttl / time.Microsecond)
-	if ttl%time.Microsecond != 0 {
-		m++
-	}
-	return m
-}
 
 func (r *LockRepository) params(lockKey string, ttl time.Duration) params {
 	return params{lockKey: lockKey, region: r.cfg.region, clientID: r.cfg.clientID, ttl: micros(ttl),
@@ -220,9 +178,9 @@ func (r *LockRepository) Acquire(ctx context.Context, key string, ttl time.Durat
 	return r.acquireWith(ctx, "acquire", key, ttl, r.acquire)
 }
 
-// begin marks the row hk as being acquired, from before the statement is
-// sent, so that a concurrent Close spares it.
-func (r *LockRepository) begin(what, hk string) (*holding, error) {
+// markAcquiring marks the row hk as being acquired, from before the
+// statement is sent, so that a concurrent Close spares it.
+func (r *LockRepository) markAcquiring(what, hk string) (*holding, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -237,10 +195,10 @@ func (r *LockRepository) begin(what, hk string) (*holding, error) {
 	return h, nil
 }
 
-// end records the outcome of an acquisition that begin started: acquired,
-// or lost to another client. After an error neither holds: a lease held
-// before stays held, as the caller still relies on it.
-func (r *LockRepository) end(hk string, h *holding, acquired, lostTo bool) {
+// settle records the outcome of an acquisition that markAcquiring
+// started: acquired, or lost to another client. After an error neither
+// holds: a lease held before stays held, as the caller still relies on it.
+func (r *LockRepository) settle(hk string, h *holding, acquired, lostTo bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h.acquiring--
@@ -282,13 +240,13 @@ func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl ti
 	}
 	hk := heldKey(lk)
 
-	h, err := r.begin(what, hk)
+	h, err := r.markAcquiring(what, hk)
 	if err != nil {
 		return registry.Lease{}, false, err
 	}
 	r.cleaner.start() // the table has rows to clean from now on
 	lease, acquired, err := r.doAcquire(ctx, st, lk, ttl)
-	r.end(hk, h, acquired, err == nil && !acquired)
+	r.settle(hk, h, acquired, err == nil && !acquired)
 
 	if err != nil {
 		return registry.Lease{}, false, r.wrap(ctx, what, err)
@@ -297,7 +255,7 @@ func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl ti
 }
 
 func (r *LockRepository) doAcquire(ctx context.Context, st *stmt, lockKey string, ttl time.Duration) (registry.Lease, bool, error) {
-	args := st.q.args(r.params(lockKey, ttl))
+	args := r.params(lockKey, ttl).args(st.q)
 	if r.acquireReturns {
 		var lease registry.Lease
 		ok, err := st.scan(ctx, r.db, args, &lease.Token)
@@ -314,7 +272,7 @@ func (r *LockRepository) doAcquire(ctx context.Context, st *stmt, lockKey string
 	switch {
 	case n == 0:
 		return registry.Lease{}, false, nil
-	case n == 1, n == 2 && r.cfg.dialect == MySQL:
+	case n == 1, n == 2 && r.cfg.d.UpdateCountsTwo:
 		var lease registry.Lease
 		if !r.cfg.querySet[qAcquire] {
 			// The default sets LAST_INSERT_ID to the token, or to 0 when
@@ -348,7 +306,7 @@ func (r *LockRepository) Renew(ctx context.Context, key string, ttl time.Duratio
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	res, err := r.renew.exec(ctx, r.db, r.renew.q.args(r.params(lk, ttl)))
+	res, err := r.renew.exec(ctx, r.db, r.params(lk, ttl).args(r.renew.q))
 	return r.affected(ctx, what, res, err)
 }
 
@@ -383,12 +341,12 @@ func (r *LockRepository) Release(ctx context.Context, key string) error {
 	}
 	if r.releaseReturns {
 		var n int64
-		if _, err = r.release.scan(ctx, r.db, r.release.q.args(r.params(lk, 0)), &n); err == nil && n == 0 {
+		if _, err = r.release.scan(ctx, r.db, r.params(lk, 0).args(r.release.q), &n); err == nil && n == 0 {
 			err = registry.ErrLockLost
 		}
 	} else {
 		var res sql.Result
-		if res, err = r.release.exec(ctx, r.db, r.release.q.args(r.params(lk, 0))); err == nil {
+		if res, err = r.release.exec(ctx, r.db, r.params(lk, 0).args(r.release.q)); err == nil {
 			err = lost(res)
 		}
 	}
@@ -415,162 +373,6 @@ func (r *LockRepository) isHeld(lockKey string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.held[heldKey(lockKey)] != nil
-}
-
-// Close makes later Acquire calls fail with an error wrapping
-// registry.ErrClosed, stops the background clean-up (cancelling a pass in
-// flight and waiting, until ctx is done, for it to end), and releases
-// (expires) this client's unexpired rows in its region that it does not
-// hold: rows left behind by a Release that failed, or by an earlier process
-// with the same client id, and the clean-up's lease, so that another
-// repository takes the clean-up over at its next interval. It never
-// releases a lease that is held or being acquired; Renew and Release keep
-// working on those.
-//
-// It costs one UPDATE when no key is held, and otherwise a SELECT of this
-// client's unexpired rows plus an UPDATE for each one not held. It closes the prepared
-// statements. Once a Close has succeeded, Close returns nil without I/O; a
-// Close that failed may be retried.
-func (r *LockRepository) Close(ctx context.Context) error {
-	r.mu.Lock()
-	if r.cleaned {
-		r.mu.Unlock()
-		return nil
-	}
-	first := !r.closed
-	r.closed = true
-	noneHeld := len(r.held) == 0 // the held set can only shrink from now on
-	r.mu.Unlock()
-
-	if first {
-		// The pass in flight is cancelled; its goroutine ends at once.
-		r.cleaner.stop(ctx)
-		if r.ears != nil {
-			r.ears.stop()
-		}
-		if r.queue != nil {
-			r.queue.acquireOrWait.close()
-			r.queue.claim.close()
-		}
-		r.acquire.close()
-		r.renew.close()
-		r.release.close()
-	}
-	if err := r.releaseUnheld(ctx, noneHeld); err != nil {
-		return r.wrap(ctx, "jdbc: close", err)
-	}
-	r.mu.Lock()
-	r.cleaned = true
-	r.mu.Unlock()
-	return nil
-}
-
-func (r *LockRepository) releaseUnheld(ctx context.Context, noneHeld bool) error {
-	p := r.params("", 0)
-	if noneHeld {
-		_, err := r.db.ExecContext(ctx, r.expireMine.sql, r.expireMine.args(p)...)
-		return err
-	}
-	rows, err := r.db.QueryContext(ctx, r.selectMine.sql, r.selectMine.args(p)...)
-	if err != nil {
-		return err
-	}
-	var keys []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			rows.Close()
-			return err
-		}
-		keys = append(keys, k)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, k := range keys {
-		if r.isHeld(k) {
-			continue
-		}
-		p.lockKey = k
-		if _, err := r.db.ExecContext(ctx, r.expireOne.sql, r.expireOne.args(p)...); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// DeleteExpired deletes the expired rows of this repository's region,
-// whoever their client, and returns how many it deleted (Spring
-// Integration's deleteExpired); on PostgreSQL it also deletes lapsed places
-// in the waiter queue. It spares a row whose token is not yet behind the
-// database's clock (after the clock stepped back), so that the next token
-// of its key, taken from the clock, is greater. Nothing requires calling
-// it: an expired row is taken over by the next Acquire, and the background
-// clean-up (WithCleanup) deletes rows once they have been expired for its
-// retention. It deletes at most 1000 rows per statement, in as many
-// statements as it takes, not prepared, on the database's clock (on MySQL
-// each batch is a SELECT of the keys and a DELETE of them); without an
-// index on EXPIRED_AFTER each statement scans the region's rows.
-func (r *LockRepository) DeleteExpired(ctx context.Context) (int64, error) {
-	n, err := r.deleteDead(ctx, 0, nil)
-	if err != nil {
-		return n, r.wrap(ctx, "jdbc: delete expired", err)
-	}
-	return n, nil
-}
-
-// deleteDead deletes, in batches, the region's rows that have been dead
-// (deadLock) for retention and the lapsed places in the queue, calling
-// between after each full batch, and returns the lock rows it deleted.
-func (r *LockRepository) deleteDead(ctx context.Context, retention time.Duration,
-	between func(context.Context, time.Duration) error) (int64, error) {
-	p := r.params("", 0)
-	p.retention, p.batch = micros(retention), cleanupBatch
-	n, err := drain(ctx, func(ctx context.Context) (int64, bool, error) { return r.sweepBatch(ctx, p) }, between)
-	if err != nil || r.queue == nil {
-		return n, err
-	}
-	_, err = drain(ctx, func(ctx context.Context) (int64, bool, error) {
-		m, err := execCount(r.db.ExecContext(ctx, r.queue.purge.sql, r.queue.purge.args(p)...))
-		return m, m == cleanupBatch, err
-	}, between)
-	return n, err
-}
-
-// sweepBatch deletes one batch of dead rows and reports whether it was full.
-func (r *LockRepository) sweepBatch(ctx context.Context, p params) (int64, bool, error) {
-	if r.sweepKeys.sql == "" {
-		n, err := execCount(r.db.ExecContext(ctx, r.sweep.sql, r.sweep.args(p)...))
-		return n, n == cleanupBatch, err
-	}
-	rows, err := r.db.QueryContext(ctx, r.sweep.sql, r.sweep.args(p)...)
-	if err != nil {
-		return 0, false, err
-	}
-	var keys []any
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			rows.Close()
-			return 0, false, err
-		}
-		keys = append(keys, k)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil || len(keys) == 0 {
-		return 0, false, err
-	}
-	n, err := execCount(r.db.ExecContext(ctx, r.sweepKeys.sql+inList(len(keys)), append(r.sweepKeys.args(p), keys...)...))
-	return n, len(keys) == cleanupBatch, err
-}
-
-// execCount returns the rows an Exec affected.
-func execCount(res sql.Result, err error) (int64, error) {
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
 }
 
 // Check verifies that the lock table exists with Spring Integration 7's

@@ -666,9 +666,10 @@ func TestInvalidOptionsAreErrInvalidOption(t *testing.T) {
 		{"WithDialect", jdbc.WithDialect("oracle")},
 		{"WithKeyMapping", jdbc.WithKeyMapping(nil)},
 		{"WithAcquireQuery", jdbc.WithAcquireQuery("")},
-		{"WithAcquireQuery", jdbc.WithAcquireQuery("DELETE FROM %sLOCK WHERE LOCK_KEY = :key")},
+		{"WithAcquireQuery", jdbc.WithAcquireQuery("DELETE FROM {prefix}LOCK WHERE LOCK_KEY = :key")},
+		{"WithAcquireQuery", jdbc.WithAcquireQuery("DELETE FROM {prefix}LOCK WHERE LOCK_KEY = 'k")},
 		{"WithRenewQuery", jdbc.WithRenewQuery(" ")},
-		{"WithReleaseQuery", jdbc.WithReleaseQuery("DELETE FROM %sLOCK WHERE CREATED_DATE < '12:00'")},
+		{"WithReleaseQuery", jdbc.WithReleaseQuery("DELETE FROM {prefix}LOCK WHERE CREATED_DATE < {today}")},
 	} {
 		_, err := jdbc.NewLockRepository(context.Background(), db, c.opt)
 		if !errors.Is(err, jdbc.ErrInvalidOption) || !strings.Contains(err.Error(), c.option) {

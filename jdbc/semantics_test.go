@@ -139,7 +139,7 @@ func TestCloseWithACustomReleaseQueryOnlyExpiresItsOwnLeftoverRows(t *testing.T)
 		earlier := newRepo(t, db, jdbc.WithRegion(region))
 		mustAcquire(t, earlier, "left-behind", longTTL)
 		repo, err := jdbc.NewLockRepository(t.Context(), db.DB, jdbc.WithRegion(region), jdbc.WithClientID(earlier.ClientID()),
-			jdbc.WithReleaseQuery(`DELETE FROM %sLOCK WHERE REGION = :region`))
+			jdbc.WithReleaseQuery(`DELETE FROM {prefix}LOCK WHERE REGION = :region`))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/lockreg/lockreg/internal/dialect"
 )
 
 // stmt is a lazily prepared statement. The first call prepares it; calls
@@ -15,7 +17,7 @@ import (
 // closed, and whoever stops using it last closes the *sql.Stmt. With
 // unprepared set (WithoutPreparedStatements) it is never prepared.
 type stmt struct {
-	q          query
+	q          dialect.Query
 	unprepared bool
 
 	mu        sync.Mutex
@@ -30,7 +32,7 @@ type stmt struct {
 func (s *stmt) exec(ctx context.Context, db DB, args []any) (sql.Result, error) {
 	st := s.get(ctx, db)
 	if st == nil {
-		res, err := db.ExecContext(ctx, s.q.sql, args...)
+		res, err := db.ExecContext(ctx, s.q.SQL, args...)
 		return res, pooled(err)
 	}
 	defer s.put()
@@ -43,7 +45,7 @@ func (s *stmt) exec(ctx context.Context, db DB, args []any) (sql.Result, error) 
 func (s *stmt) scan(ctx context.Context, db DB, args []any, dest ...any) (bool, error) {
 	var row *sql.Row
 	if st := s.get(ctx, db); st == nil {
-		row = db.QueryRowContext(ctx, s.q.sql, args...)
+		row = db.QueryRowContext(ctx, s.q.SQL, args...)
 	} else {
 		defer s.put()
 		row = st.QueryRowContext(ctx, args...)
@@ -74,7 +76,7 @@ func (s *stmt) get(ctx context.Context, db DB) *sql.Stmt {
 
 	// A failure here (a missing table, a dropped connection, a driver
 	// that cannot prepare) is reported by the unprepared execution.
-	st, err := db.PrepareContext(ctx, s.q.sql)
+	st, err := db.PrepareContext(ctx, s.q.SQL)
 
 	s.mu.Lock()
 	s.preparing = false
@@ -125,8 +127,7 @@ func (s *stmt) close() {
 // duplicate_prepared_statement (another client's is there). The driver's
 // own unnamed statements meet the same fate.
 func pooled(err error) error {
-	var st sqlState
-	if !errors.As(err, &st) || (st.SQLState() != "26000" && st.SQLState() != "42P05") {
+	if !dialect.IsPreparedStatementLost(err) {
 		return err
 	}
 	return fmt.Errorf("prepared statement missing or already defined on the server connection; behind a pooler "+

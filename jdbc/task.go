@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/lockreg/lockreg/registry"
@@ -27,51 +26,8 @@ import (
 // The released row belongs to nobody (CLIENT_ID NULL): no client, this one
 // included, takes it before it expires; Release, Renew and Close of this
 // client no longer touch it; Spring Integration's statements treat it as a
-// lock held by another client until EXPIRED_AFTER.
-var taskReleaseSQL = map[Dialect]string{
-	Postgres: `UPDATE %sLOCK SET CLIENT_ID = NULL, EXPIRED_AFTER = GREATEST(timezone('UTC', now()), LEAST(` +
-		`TIMESTAMP '1970-01-01 00::00::00' + CAST(FENCE + :ttl AS BIGINT) * INTERVAL '1 microsecond', ` +
-		`timezone('UTC', now()) + CAST(:ttl AS BIGINT) * INTERVAL '1 microsecond')) ` +
-		`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`,
-	// EXPIRED_AFTER is assigned before CLIENT_ID: MySQL evaluates the
-	// assignments left to right, and neither depends on the other.
-	MySQL: `UPDATE %sLOCK SET EXPIRED_AFTER = GREATEST(UTC_TIMESTAMP(6), LEAST(` +
-		`TIMESTAMP('1970-01-01') + INTERVAL (FENCE + :ttl) MICROSECOND, ` +
-		`UTC_TIMESTAMP(6) + INTERVAL :ttl MICROSECOND)), CLIENT_ID = NULL ` +
-		`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`,
-	// SQLite keeps milliseconds: FENCE + ttl is rounded up to the next one,
-	// in integer arithmetic, so that the lock never ends before acquisition
-	// + lockAtLeastFor and not a millisecond later (strftime rounds a
-	// fractional unixepoch to the nearest millisecond, and a whole number
-	// of milliseconds divided by 1000.0 stays closest to itself). The times
-	// are text in one format, so max and min compare them correctly.
-	SQLite: `UPDATE %sLOCK SET EXPIRED_AFTER = max(strftime('%Y-%m-%d %H::%M::%f', 'now'), min(` +
-		`strftime('%Y-%m-%d %H::%M::%f', ((FENCE + :ttl + 999) / 1000) / 1000.0, 'unixepoch'), ` +
-		`strftime('%Y-%m-%d %H::%M::%f', 'now', printf('%.6f seconds', :ttl / 1000000.0)))), CLIENT_ID = NULL ` +
-		`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`,
-}
-
-type taskQueryKey struct {
-	prefix  string
-	dialect Dialect
-}
-
-// taskQueries caches compiled ReleaseAfter statements by table prefix and
-// dialect; LockRepository has no field for them.
-var taskQueries sync.Map // taskQueryKey -> query
-
-func (r *LockRepository) taskReleaseQuery() (query, error) {
-	k := taskQueryKey{r.cfg.prefix, r.cfg.dialect}
-	if q, ok := taskQueries.Load(k); ok {
-		return q.(query), nil
-	}
-	q, err := compile(taskReleaseSQL[r.cfg.dialect], r.cfg.prefix, r.cfg.dialect)
-	if err != nil {
-		return query{}, fmt.Errorf("jdbc: compiling a default query: %w", err) // a bug
-	}
-	taskQueries.Store(k, q)
-	return q, nil
-}
+// lock held by another client until EXPIRED_AFTER. The statement is the
+// dialect's (Lock.ReleaseAfter in package dialect).
 
 // ReleaseAfter gives up this client's lease on key so that it stays taken
 // until atLeast after it was acquired, or ends now if that time has passed:
@@ -104,12 +60,8 @@ func (r *LockRepository) ReleaseAfter(ctx context.Context, key string, atLeast t
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	q, err := r.taskReleaseQuery()
-	if err != nil {
-		return err
-	}
-	p := r.params(lk, 0)
+	q, p := r.sql.releaseAfter, r.params(lk, 0)
 	p.ttl = micros(atLeast)
-	res, err := r.db.ExecContext(ctx, q.sql, q.args(p)...)
+	res, err := r.db.ExecContext(ctx, q.SQL, p.args(q)...)
 	return r.affected(ctx, what, res, err)
 }

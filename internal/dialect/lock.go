@@ -1,0 +1,92 @@
+package dialect
+
+// The parameters of the lock statements. Custom queries may use the first
+// six.
+const (
+	LockKey  = "lock_key"  // the mapped key (LOCK_KEY)
+	Region   = "region"    // the repository's region
+	ClientID = "client_id" // the repository's client id
+	TTL      = "ttl"       // the lease length in microseconds
+	Wait     = "wait"      // how long a place in the queue lasts, in microseconds
+	Channel  = "channel"   // the PostgreSQL notification channel of the table and region
+
+	Retention = "retention" // the clean-up's: how long a dead row is kept, in microseconds
+	Batch     = "batch"     // the clean-up's: the most rows a statement deletes
+)
+
+// CustomParams are the parameters a custom lock query may use.
+var CustomParams = []string{LockKey, Region, ClientID, TTL, Wait, Channel}
+
+// LockSQL are a dialect's statements of the lock table.
+//
+// Acquire also issues the fencing token, in the same statement: the
+// database's clock in microseconds since 1970, or the row's last token plus
+// one if that is greater. Tokens of a key therefore increase while its row
+// exists, and after the row is deleted they restart from the clock, above
+// every earlier token as long as the database's clock does not step back by
+// more than the time since the earlier acquisition.
+type LockSQL struct {
+	// Acquire takes the lease on :lock_key for :ttl if it is free, expired
+	// or this client's. With TokenRow it returns the token as its one row
+	// (RETURNING); otherwise it sets LAST_INSERT_ID to the token, or to 0
+	// when it left the row alone.
+	Acquire  string
+	TokenRow bool
+	// Renew extends this client's unexpired lease to :ttl from now.
+	Renew string
+	// ReleaseAfter ends this client's lease so that it lasts until :ttl
+	// after its acquisition (the row's FENCE) but no longer than :ttl
+	// from now, and hands the row to nobody (CLIENT_ID NULL).
+	ReleaseAfter string
+	// Sweep deletes at most :batch dead rows of the region (DeadLock).
+	// With SweepKeys it is instead a SELECT of their keys, and SweepKeys
+	// deletes those named in its {list}.
+	Sweep, SweepKeys string
+	// Queue are the statements of the waiter queue; nil where the dialect
+	// has no notifications (all but PostgreSQL).
+	Queue *QueueSQL
+}
+
+// QueueSQL are the statements of PostgreSQL's waiter queue, the table
+// prefix + "LOCK_WAIT": acquisitions take a free lease only when no live
+// waiter of another client began to wait earlier.
+type QueueSQL struct {
+	// AcquireOrWait is Acquire that also leaves the queue when it takes
+	// the lease, or joins it (keeps its place) for :wait when it does not.
+	AcquireOrWait string
+	// Release hands the lease to the first live waiter, if any, tells it
+	// by a notification on :channel, and returns the count of rows it
+	// released.
+	Release string
+	// Handed reads a lease handed to this client: its token and the
+	// microseconds left.
+	Handed string
+	// Leave leaves the queue and gives back a lease handed over meanwhile.
+	Leave string
+	// Sweep deletes at most :batch lapsed places of the region.
+	Sweep string
+}
+
+// The lock statements common to all dialects. Release expires the row in
+// place rather than deleting it, so that the row keeps its fencing token
+// for the next holder; Spring's statements treat it as any expired row.
+const (
+	Release = `UPDATE {prefix}LOCK SET EXPIRED_AFTER = {past} ` +
+		`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`
+	// ExpireMine and SelectMine serve Close.
+	ExpireMine = `UPDATE {prefix}LOCK SET EXPIRED_AFTER = {past} ` +
+		`WHERE REGION = :region AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= {now}`
+	SelectMine = `SELECT LOCK_KEY FROM {prefix}LOCK WHERE REGION = :region AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= {now}`
+	// CheckLock reads no rows but fails unless the table, all of Spring 7's
+	// columns and FENCE exist.
+	CheckLock = `SELECT LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE FROM {prefix}LOCK WHERE 1 = 0`
+)
+
+// DeadLock is the clean-up's condition for a row of the lock table that
+// nothing needs: its lease expired more than the retention ago, and its
+// token is more than the retention behind the clock, so that the token the
+// next acquisition takes from the clock is greater unless the clock steps
+// back by more than the retention meanwhile. The second half keeps a row
+// whose token ran ahead of the clock (after the clock stepped back) until
+// the clock has passed it.
+const DeadLock = `REGION = :region AND EXPIRED_AFTER < {now-:retention} AND FENCE < {clock} - :retention`

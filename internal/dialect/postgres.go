@@ -1,0 +1,124 @@
+package dialect
+
+import (
+	"context"
+	"hash/fnv"
+)
+
+// pgNow is PostgreSQL's current UTC wall time, as TIMESTAMP (without time
+// zone) columns hold it.
+const pgNow = `timezone('UTC', now())`
+
+// Postgres is PostgreSQL 9.5 or later (ON CONFLICT), with the pgx (stdlib)
+// or lib/pq driver.
+var Postgres = register(&Dialect{
+	Name:    "postgres",
+	dollar:  true,
+	drivers: []string{"github.com/jackc/pgx/v5/stdlib", "github.com/jackc/pgx/v4/stdlib", "github.com/lib/pq"},
+
+	now:   pgNow,
+	past:  pgNow + ` - INTERVAL '1 microsecond'`,
+	clock: `CAST(EXTRACT(EPOCH FROM now()) * 1000000 AS BIGINT)`,
+	plus:  [2]string{pgNow + ` + CAST(`, ` AS BIGINT) * INTERVAL '1 microsecond'`},
+	minus: [2]string{pgNow + ` - CAST(`, ` AS BIGINT) * INTERVAL '1 microsecond'`},
+
+	Lock: LockSQL{
+		// ON CONFLICT waits for a racing insert of the same key to commit
+		// and then evaluates the WHERE against the committed row, so
+		// contention yields 0 rows instead of a duplicate-key error. A
+		// lease that is this client's (taken before, or handed over by a
+		// release) it extends; an expired one it takes only when no live
+		// waiter is ahead in the queue.
+		Acquire:  pgAcquire,
+		TokenRow: true,
+		Renew: `UPDATE {prefix}LOCK SET EXPIRED_AFTER = {now+:ttl} ` +
+			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= {now}`,
+		ReleaseAfter: `UPDATE {prefix}LOCK SET CLIENT_ID = NULL, EXPIRED_AFTER = GREATEST({now}, LEAST(` +
+			`TIMESTAMP '1970-01-01 00:00:00' + CAST(FENCE + :ttl AS BIGINT) * INTERVAL '1 microsecond', {now+:ttl})) ` +
+			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`,
+		// SKIP LOCKED passes over rows an acquisition is writing; the
+		// locked rows' conditions are checked again on their latest version.
+		Sweep: `DELETE FROM {prefix}LOCK WHERE (LOCK_KEY, REGION) IN (SELECT LOCK_KEY, REGION FROM {prefix}LOCK ` +
+			`WHERE ` + DeadLock + ` LIMIT :batch FOR UPDATE SKIP LOCKED)`,
+		Queue: &QueueSQL{
+			AcquireOrWait: `WITH a AS (` + pgAcquire + `), ` +
+				`d AS (DELETE FROM {prefix}LOCK_WAIT WHERE LOCK_KEY = :lock_key AND REGION = :region AND CLIENT_ID = :client_id ` +
+				`AND EXISTS (SELECT 1 FROM a)), ` +
+				`w AS (INSERT INTO {prefix}LOCK_WAIT (LOCK_KEY, REGION, CLIENT_ID, WAITING_SINCE, WAITING_UNTIL, LEASE_MICROS) ` +
+				`SELECT :lock_key, :region, :client_id, {now}, {now+:wait}, :ttl ` +
+				`WHERE NOT EXISTS (SELECT 1 FROM a) ` +
+				`ON CONFLICT (LOCK_KEY, REGION, CLIENT_ID) DO UPDATE SET WAITING_UNTIL = EXCLUDED.WAITING_UNTIL, ` +
+				`LEASE_MICROS = EXCLUDED.LEASE_MICROS, ` +
+				`WAITING_SINCE = CASE WHEN {prefix}LOCK_WAIT.WAITING_UNTIL < EXCLUDED.WAITING_SINCE ` +
+				`THEN EXCLUDED.WAITING_SINCE ELSE {prefix}LOCK_WAIT.WAITING_SINCE END) ` +
+				`SELECT FENCE FROM a`,
+			// The first live waiter (nx), if any, gets the lease for the
+			// length it asked for, with a new token, leaves the queue and
+			// hears of it by NOTIFY ("LOCK_KEY CLIENT_ID"); otherwise the
+			// row expires in place.
+			Release: `WITH nx AS (SELECT w.CLIENT_ID, w.LEASE_MICROS FROM {prefix}LOCK_WAIT w ` +
+				`WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region AND w.CLIENT_ID <> :client_id ` +
+				`AND w.WAITING_UNTIL >= {now} AND w.LEASE_MICROS > 0 ORDER BY w.WAITING_SINCE, w.CLIENT_ID LIMIT 1), ` +
+				`r AS (UPDATE {prefix}LOCK l SET CLIENT_ID = COALESCE((SELECT CLIENT_ID FROM nx), l.CLIENT_ID), ` +
+				`EXPIRED_AFTER = COALESCE({now} + (SELECT LEASE_MICROS FROM nx) * INTERVAL '1 microsecond', {past}), ` +
+				`FENCE = CASE WHEN EXISTS (SELECT 1 FROM nx) ` +
+				`THEN GREATEST(l.FENCE + 1, {clock}) ELSE l.FENCE END ` +
+				`WHERE l.REGION = :region AND l.LOCK_KEY = :lock_key AND l.CLIENT_ID = :client_id RETURNING l.LOCK_KEY), ` +
+				`d AS (DELETE FROM {prefix}LOCK_WAIT w USING nx, r WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region ` +
+				`AND w.CLIENT_ID = nx.CLIENT_ID) ` +
+				`SELECT count(*) FROM r LEFT JOIN LATERAL (SELECT pg_notify(CAST(:channel AS TEXT), ` +
+				`CAST(r.LOCK_KEY AS TEXT) || ' ' || CAST(nx.CLIENT_ID AS TEXT)) FROM nx) n ON true`,
+			Handed: `SELECT FENCE, CAST(EXTRACT(EPOCH FROM (EXPIRED_AFTER - {now})) * 1000000 AS BIGINT) FROM {prefix}LOCK ` +
+				`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id AND EXPIRED_AFTER > {now}`,
+			Leave: `WITH d AS (DELETE FROM {prefix}LOCK_WAIT WHERE LOCK_KEY = :lock_key AND REGION = :region AND CLIENT_ID = :client_id), ` +
+				`r AS (UPDATE {prefix}LOCK SET EXPIRED_AFTER = {past} WHERE REGION = :region AND LOCK_KEY = :lock_key ` +
+				`AND CLIENT_ID = :client_id AND EXPIRED_AFTER > {now}) SELECT 1`,
+			// Nobody is served or ahead from a lapsed place, and a waiter
+			// that asks again starts a new one.
+			Sweep: `DELETE FROM {prefix}LOCK_WAIT WHERE (LOCK_KEY, REGION, CLIENT_ID) IN (` +
+				`SELECT LOCK_KEY, REGION, CLIENT_ID FROM {prefix}LOCK_WAIT WHERE REGION = :region AND WAITING_UNTIL < {now} ` +
+				`LIMIT :batch FOR UPDATE SKIP LOCKED)`,
+		},
+	},
+
+	// The calls take turns under a transaction-level advisory lock, and
+	// the statements run in that transaction.
+	turn: func(ctx, end context.Context, q Querier, key string, f func() error) (bool, error) {
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		if _, err := q.ExecContext(ctx, `BEGIN`); err != nil {
+			return true, err
+		}
+		return commitOrRollback(ctx, end, q, func() error {
+			if _, err := q.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(h.Sum64())); err != nil {
+				return err
+			}
+			return f()
+		})
+	},
+	spring6Migration: func(t string) []string {
+		return []string{
+			`ALTER TABLE ` + t + ` ADD EXPIRED_AFTER TIMESTAMP NOT NULL DEFAULT '1970-01-01 00:00:00'`,
+			`ALTER TABLE ` + t + ` ALTER COLUMN EXPIRED_AFTER DROP DEFAULT`,
+		}
+	},
+})
+
+// pgAcquire is PostgreSQL's acquire statement; pgAhead finds, within its
+// ON CONFLICT clause, a live waiter of another client that began to wait
+// before this one (or before now, if this one is not waiting): while there
+// is one, the lease is not this client's to take.
+const (
+	pgAcquire = `INSERT INTO {prefix}LOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE) ` +
+		`VALUES (:lock_key, :region, :client_id, {now}, {now+:ttl}, {clock}) ` +
+		`ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET CLIENT_ID = EXCLUDED.CLIENT_ID, EXPIRED_AFTER = EXCLUDED.EXPIRED_AFTER, ` +
+		`FENCE = GREATEST({prefix}LOCK.FENCE + 1, EXCLUDED.FENCE) ` +
+		`WHERE ({prefix}LOCK.CLIENT_ID = EXCLUDED.CLIENT_ID AND {prefix}LOCK.EXPIRED_AFTER >= EXCLUDED.CREATED_DATE) ` +
+		`OR ({prefix}LOCK.EXPIRED_AFTER < EXCLUDED.CREATED_DATE AND NOT EXISTS (` + pgAhead + `)) ` +
+		`RETURNING FENCE`
+	pgAhead = `SELECT 1 FROM {prefix}LOCK_WAIT o WHERE o.LOCK_KEY = EXCLUDED.LOCK_KEY AND o.REGION = EXCLUDED.REGION ` +
+		`AND o.CLIENT_ID <> EXCLUDED.CLIENT_ID AND o.WAITING_UNTIL >= EXCLUDED.CREATED_DATE ` +
+		`AND o.WAITING_SINCE < COALESCE((SELECT m.WAITING_SINCE FROM {prefix}LOCK_WAIT m WHERE m.LOCK_KEY = EXCLUDED.LOCK_KEY ` +
+		`AND m.REGION = EXCLUDED.REGION AND m.CLIENT_ID = EXCLUDED.CLIENT_ID AND m.WAITING_UNTIL >= EXCLUDED.CREATED_DATE), ` +
+		`EXCLUDED.CREATED_DATE)`
+)
