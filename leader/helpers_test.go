@@ -2,7 +2,6 @@ package leader_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,11 +75,11 @@ func waitDone(t testing.TB, ctx context.Context, what string) {
 }
 
 // faulty is a repository whose calls can be made to fail: renew and
-// acquire, if set, are asked before each call (numbered from 1) and fail
-// it with the error they return.
+// acquire, if set, are asked before each call (numbered from 1, with the
+// call's context) and fail it with the error they return.
 type faulty struct {
 	registry.Repository
-	renew, acquire func(n int) error
+	renew, acquire func(ctx context.Context, n int) error
 	renews         atomic.Int64 // Renew calls
 	renewed        atomic.Int64 // Renew calls that succeeded
 	acquires       atomic.Int64
@@ -89,7 +88,7 @@ type faulty struct {
 func (f *faulty) Acquire(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
 	n := int(f.acquires.Add(1))
 	if f.acquire != nil {
-		if err := f.acquire(n); err != nil {
+		if err := f.acquire(ctx, n); err != nil {
 			return registry.Lease{}, false, err
 		}
 	}
@@ -99,7 +98,7 @@ func (f *faulty) Acquire(ctx context.Context, key string, ttl time.Duration) (re
 func (f *faulty) Renew(ctx context.Context, key string, ttl time.Duration) error {
 	n := int(f.renews.Add(1))
 	if f.renew != nil {
-		if err := f.renew(n); err != nil {
+		if err := f.renew(ctx, n); err != nil {
 			return err
 		}
 	}
@@ -126,35 +125,6 @@ func (l *errorLog) len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.errs)
-}
-
-// events records what happened, in order, across goroutines.
-type events struct {
-	mu   sync.Mutex
-	list []string
-}
-
-func (e *events) add(s string) {
-	e.mu.Lock()
-	e.list = append(e.list, s)
-	e.mu.Unlock()
-}
-
-func (e *events) index(s string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for i, x := range e.list {
-		if x == s {
-			return i
-		}
-	}
-	return -1
-}
-
-func (e *events) String() string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return fmt.Sprint(e.list)
 }
 
 // eventually waits until cond holds.
