@@ -30,7 +30,8 @@ type Candidate struct {
 }
 
 // New returns a candidate for role on locks and starts it competing, in a
-// goroutine of its own, until [Candidate.Close]. It performs no I/O itself.
+// goroutine of its own, until [Candidate.Close]; New itself performs no
+// I/O.
 //
 // Leadership is the lease of locks.Obtain(role), taken with the TTL of
 // [WithTTL] and renewed every third of it by the candidate (a registry made
@@ -130,9 +131,10 @@ func (c *Candidate) Yield() error {
 // return and releases the lease, so that another candidate may lead at
 // once. Close waits for all that, and for the candidate's goroutines to
 // end, until ctx is done, and then returns ctx's error, wrapped; a later
-// Close waits again. Errors of the release go to the error handler. It
-// does not close the registry, which should be closed after its
-// candidates.
+// Close waits again. Called from a callback, which it waits for, it
+// returns only when ctx ends. Errors of the release go to the error
+// handler. It does not close the registry, which should be closed after
+// its candidates.
 func (c *Candidate) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.ended == nil {

@@ -41,13 +41,14 @@
 // from the database loses the leadership when its lease expires by the
 // database's clock (with package jdbc), a TTL after its last renewal; a
 // waiting candidate takes it within its registry's idle interval after
-// that, or at once when the repository announces releases (jdbc on
-// PostgreSQL with a listener, also for a release on yield or close).
+// that. A lease released on yield or close is taken at once where the
+// repository announces releases (jdbc on PostgreSQL with a listener), and
+// within the idle interval elsewhere.
 //
 // # Compared with Spring
 //
-// Spring's initiator lost or flapped the leadership on transient database
-// errors until it learned to retry them (INT-4178, #2467); here a
+// Spring's initiator got stuck, or flapped the leadership, on transient
+// database errors until they were retried (INT-4178, #2467); here a
 // transient error while leading never ends the term: only the lease's
 // Done channel closing does. What this package adds: the term's context,
 // cancelled before the lease can expire, and the term's fencing token.
