@@ -318,7 +318,7 @@ func testIndependentKeys(t *testing.T, s groupstore.Store) {
 }
 
 // claimUntil polls ClaimDue until it returns a claim of key, or fails t.
-func claimUntil(t *testing.T, s groupstore.Store, key string) groupstore.Claim {
+func claimUntil(t *testing.T, s groupstore.Store, key string) groupstore.DueGroup {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -344,7 +344,7 @@ func claimed(t *testing.T, s groupstore.Store, key string) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return slices.ContainsFunc(claims, func(c groupstore.Claim) bool { return c.Key == key })
+	return slices.ContainsFunc(claims, func(c groupstore.DueGroup) bool { return c.Key == key })
 }
 
 func testClaimOnce(t *testing.T, s groupstore.Store) {

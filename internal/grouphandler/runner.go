@@ -74,7 +74,7 @@ func (c *Core) expireDue(ctx context.Context, expire func(context.Context, group
 // context and the group, unless the group is busy (whoever holds it changes
 // it, or the claim lapses), gone, or changed since it fell due (its new due
 // time stands).
-func (c *Core) Expire(ctx context.Context, cl groupstore.Claim, expire func(context.Context, groupstore.Group) error) error {
+func (c *Core) Expire(ctx context.Context, cl groupstore.DueGroup, expire func(context.Context, groupstore.Group) error) error {
 	lctx, unlock, err := c.Lock(ctx, cl.Key, c.expireWait())
 	if errors.Is(err, c.kind.ErrLockTimeout) {
 		return nil
