@@ -56,8 +56,9 @@ func (a *Aggregator) AddHandler(r *message.Router, handlerName, subscribeTopic s
 // publishes the group's output and completes the group, before returning.
 // A nil error means msg is durably in the store (or recognised as a
 // redelivery, or discarded as late) and may be acked. An error means msg
-// must be redelivered: a lock timeout (ErrLockTimeout), a store or publish
-// failure, ErrNoCorrelationKey or ErrNoMessageID.
+// must be redelivered: a lock timeout (ErrLockTimeout) or lost lock
+// (ErrLockLost), a store or publish failure, ErrNoCorrelationKey or
+// ErrNoMessageID.
 //
 // It costs one lock acquisition and release, one store Add, and on release
 // one Get, one Publish and one Update (or Remove); ReleaseWhen adds a Get
@@ -68,12 +69,16 @@ func (a *Aggregator) Handle(msg *message.Message) error {
 	if err != nil {
 		return err
 	}
-	_, unlock, err := a.core.Lock(ctx, key, a.core.LockTimeout)
+	lctx, unlock, err := a.core.Lock(ctx, key, a.core.LockTimeout)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	return a.core.Fail(lctx, a.handle(lctx, key, id, msg))
+}
 
+// handle is Handle's work under the group lock, on its lock context.
+func (a *Aggregator) handle(ctx context.Context, key, id string, msg *message.Message) error {
 	g, more, err := a.core.Add(ctx, key, id, msg)
 	if err != nil || !more {
 		return err

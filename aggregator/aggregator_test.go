@@ -415,6 +415,43 @@ func TestHeldGroupLockEndsInLockTimeoutNotAHang(t *testing.T) {
 	}
 }
 
+// ctxPublisher blocks until the published message's context ends, and
+// reports its cause; after 10 s it gives up with errNotStopped.
+type ctxPublisher struct{}
+
+var errNotStopped = errors.New("publish was not stopped by the end of its context")
+
+func (ctxPublisher) Publish(_ string, msgs ...*message.Message) error {
+	select {
+	case <-msgs[0].Context().Done():
+		return context.Cause(msgs[0].Context())
+	case <-time.After(10 * time.Second):
+		return errNotStopped
+	}
+}
+func (ctxPublisher) Close() error { return nil }
+
+func TestLostLockStopsTheReleaseBeforeItIsRecorded(t *testing.T) {
+	store := groupstore.NewMemory()
+	locks, err := registry.NewLocal(registry.WithTTL(50 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { locks.Close(context.Background()) })
+	a, _ := newAgg(t, aggregator.Config{Publisher: ctxPublisher{}, Store: store, Locks: locks,
+		Release: aggregator.ReleaseOnCount(1)})
+	if err := a.Handle(part("g", 1, 1)); !errors.Is(err, aggregator.ErrLockLost) {
+		t.Fatalf("Handle: %v, want ErrLockLost", err)
+	}
+	g, err := store.Get(context.Background(), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Complete || g.Size != 1 {
+		t.Errorf("group: complete %v, size %d; want the release unrecorded", g.Complete, g.Size)
+	}
+}
+
 func TestLockPrefixSeparatesAggregatorsOnOneRegistry(t *testing.T) {
 	locks, err := registry.NewLocal()
 	if err != nil {

@@ -148,6 +148,7 @@ var kind = grouphandler.Kind{
 	ErrNoCorrelationKey: ErrNoCorrelationKey,
 	ErrNoMessageID:      ErrNoMessageID,
 	ErrLockTimeout:      ErrLockTimeout,
+	ErrLockLost:         ErrLockLost,
 }
 
 // shared returns the settings the aggregator shares with other group
