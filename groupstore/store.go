@@ -47,7 +47,7 @@ type Group struct {
 	LastReleasedSequence int64
 	// Releases counts the updates that released messages.
 	Releases int64
-	// Version increments with every change of the group.
+	// Version increments by one with every change of the group.
 	Version int64
 	// Due is when the group's timeout falls due, zero for none; Created and
 	// Updated are when the group was created and last changed. All three are

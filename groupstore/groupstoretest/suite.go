@@ -255,8 +255,8 @@ func testUpdateConflict(t *testing.T, s groupstore.Store) {
 		t.Errorf("a conflicting update changed the group: %+v", now)
 	}
 	update(t, s, "ver", groupstore.Update{IfVersion: now.Version, Complete: true})
-	if after := get(t, s, "ver"); after.Version <= now.Version {
-		t.Errorf("version %d after update, was %d", after.Version, now.Version)
+	if after := get(t, s, "ver"); after.Version != now.Version+1 {
+		t.Errorf("version %d after update, was %d; want one more", after.Version, now.Version)
 	}
 }
 
