@@ -22,6 +22,9 @@ import (
 // again, as an earlier attempt may have failed between adding and
 // releasing.
 func (c *Core) Add(ctx context.Context, key, id string, msg *message.Message) (g groupstore.Group, look bool, err error) {
+	if err := c.checkHold(ctx, "adding to", key); err != nil {
+		return g, false, err
+	}
 	g, outcome, err := c.s.Store.Add(ctx, key, groupstore.Message{UUID: id, Metadata: msg.Metadata, Payload: msg.Payload}, c.s.GroupTimeout)
 	if err != nil {
 		return g, false, fmt.Errorf("%s: adding message %s to group %q: %w", c.kind.Name, msg.UUID, key, err)
@@ -64,13 +67,13 @@ func (c *Core) Completion(sg groupstore.Group) groupstore.Update {
 // followed by a removal, so that a failed removal is left to the timeout
 // runner). Otherwise outs are published first, so that a failure before the
 // record publishes them again, with the same UUIDs, on the next attempt. A
-// lost hold stops it before it publishes.
+// lost hold stops it before it publishes and before it records.
 func (c *Core) Commit(ctx context.Context, sg groupstore.Group, u groupstore.Update, remove bool, outs []*message.Message) error {
 	for _, m := range outs {
 		m.SetContext(ctx)
 	}
-	if err := holdErr(ctx); err != nil {
-		return fmt.Errorf("%s: before releasing group %q: %w", c.kind.Name, sg.Key, err)
+	if err := c.checkHold(ctx, "releasing", sg.Key); err != nil {
+		return err
 	}
 	if ob, ok := c.s.Store.(groupstore.Outbox); ok && len(outs) > 0 {
 		if remove {
@@ -92,6 +95,9 @@ func (c *Core) Commit(ctx context.Context, sg groupstore.Group, u groupstore.Upd
 			return fmt.Errorf("%s: publishing %d message(s) of group %q: %w", c.kind.Name, len(outs), sg.Key, err)
 		}
 	}
+	if err := c.checkHold(ctx, "recording the release of", sg.Key); err != nil {
+		return err
+	}
 	var err error
 	if remove {
 		err = c.s.Store.Remove(ctx, sg.Key, sg.Version)
@@ -104,9 +110,23 @@ func (c *Core) Commit(ctx context.Context, sg groupstore.Group, u groupstore.Upd
 	return nil
 }
 
+// checkHold returns an error wrapping holdErr's, saying what was not done
+// to group key, if work on ctx must stop. The Core calls it before every
+// change of a group and every publish, so that a lost hold changes and
+// publishes nothing more, at once.
+func (c *Core) checkHold(ctx context.Context, doing, key string) error {
+	if err := holdErr(ctx); err != nil {
+		return fmt.Errorf("%s: before %s group %q: %w", c.kind.Name, doing, key, err)
+	}
+	return nil
+}
+
 // Remove removes sg, a kept complete group that fell due; one already gone
 // is no error.
 func (c *Core) Remove(ctx context.Context, sg groupstore.Group) error {
+	if err := c.checkHold(ctx, "removing", sg.Key); err != nil {
+		return err
+	}
 	err := c.s.Store.Remove(ctx, sg.Key, sg.Version)
 	if err != nil && !errors.Is(err, groupstore.ErrNotFound) {
 		return fmt.Errorf("%s: removing group %q: %w", c.kind.Name, sg.Key, err)
@@ -133,8 +153,8 @@ func (c *Core) Discard(ctx context.Context, key string, msgs []*message.Message)
 	for _, m := range msgs {
 		m.SetContext(ctx)
 	}
-	if err := holdErr(ctx); err != nil {
-		return fmt.Errorf("%s: before discarding from group %q: %w", c.kind.Name, key, err)
+	if err := c.checkHold(ctx, "discarding from", key); err != nil {
+		return err
 	}
 	if err := c.s.DiscardPublisher.Publish(c.s.DiscardTopic, msgs...); err != nil {
 		return fmt.Errorf("%s: discarding %d message(s) of group %q: %w", c.kind.Name, len(msgs), key, err)
@@ -156,6 +176,9 @@ func (c *Core) Drop(ctx context.Context, sg groupstore.Group, misfits []*message
 	ids := make([]string, len(misfits))
 	for i, m := range misfits {
 		drop[m.UUID], ids[i] = true, m.UUID
+	}
+	if err := c.checkHold(ctx, "dropping misfits from", sg.Key); err != nil {
+		return sg, err
 	}
 	if err := c.s.Store.Update(ctx, sg.Key, groupstore.Update{IfVersion: sg.Version, Release: ids}); err != nil {
 		return sg, fmt.Errorf("%s: dropping %d misfit(s) from group %q: %w", c.kind.Name, len(ids), sg.Key, err)

@@ -64,6 +64,9 @@ type Core struct {
 	// before the handler does, so no lock guards it.
 	logger watermill.LoggerAdapter
 
+	// watch ends the work of holds whose group lock was lost.
+	watch watcher
+
 	// defaults is the note on the in-memory defaults New applied, "" if
 	// none; noted makes announce log it once.
 	defaults string
