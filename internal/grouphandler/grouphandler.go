@@ -77,8 +77,10 @@ type Core struct {
 // the caller has checked, after applying the defaults. It panics if a field
 // of k is missing, a programmer error.
 func New(k Kind, s Settings) *Core {
-	if k.Name == "" || k.DiscardReasonKey == "" || k.Defaults == (Defaults{}) || k.Errors.NoCorrelationKey == nil ||
-		k.Errors.NoMessageID == nil || k.Errors.LockTimeout == nil || k.Errors.LockLost == nil {
+	d, e := k.Defaults, k.Errors
+	if k.Name == "" || k.DiscardReasonKey == "" ||
+		d.LockPrefix == "" || d.LockTimeout <= 0 || d.PollInterval <= 0 || d.CorrelationIDKey == "" ||
+		e.NoCorrelationKey == nil || e.NoMessageID == nil || e.LockTimeout == nil || e.LockLost == nil {
 		panic(fmt.Sprintf("grouphandler: incomplete kind %+v", k))
 	}
 	defaults := defaultsNote(k.Name, s.Store == nil, s.Locks == nil)

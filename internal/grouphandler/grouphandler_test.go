@@ -32,13 +32,16 @@ func TestNewPanicsOnAnIncompleteKind(t *testing.T) {
 	complete := testKind()
 	New(complete, Settings{}) // must not panic
 	for name, drop := range map[string]func(*Kind){
-		"Name":                    func(k *Kind) { k.Name = "" },
-		"DiscardReasonKey":        func(k *Kind) { k.DiscardReasonKey = "" },
-		"Defaults":                func(k *Kind) { k.Defaults = Defaults{} },
-		"Errors.NoCorrelationKey": func(k *Kind) { k.Errors.NoCorrelationKey = nil },
-		"Errors.NoMessageID":      func(k *Kind) { k.Errors.NoMessageID = nil },
-		"Errors.LockTimeout":      func(k *Kind) { k.Errors.LockTimeout = nil },
-		"Errors.LockLost":         func(k *Kind) { k.Errors.LockLost = nil },
+		"Name":                      func(k *Kind) { k.Name = "" },
+		"DiscardReasonKey":          func(k *Kind) { k.DiscardReasonKey = "" },
+		"Defaults.LockPrefix":       func(k *Kind) { k.Defaults.LockPrefix = "" },
+		"Defaults.LockTimeout":      func(k *Kind) { k.Defaults.LockTimeout = 0 },
+		"Defaults.PollInterval":     func(k *Kind) { k.Defaults.PollInterval = 0 },
+		"Defaults.CorrelationIDKey": func(k *Kind) { k.Defaults.CorrelationIDKey = "" },
+		"Errors.NoCorrelationKey":   func(k *Kind) { k.Errors.NoCorrelationKey = nil },
+		"Errors.NoMessageID":        func(k *Kind) { k.Errors.NoMessageID = nil },
+		"Errors.LockTimeout":        func(k *Kind) { k.Errors.LockTimeout = nil },
+		"Errors.LockLost":           func(k *Kind) { k.Errors.LockLost = nil },
 	} {
 		k := complete
 		drop(&k)
