@@ -21,10 +21,19 @@ import (
 // the release's ordinal, so every attempt to publish one release, including
 // attempts by another instance after a crash, carries the same UUID.
 type Aggregator struct {
-	// cfg holds the aggregator's own settings; core holds the shared ones,
-	// defaulted.
-	cfg  Config
+	// core holds the settings the aggregator shares with the resequencer,
+	// defaulted, and does the work that does not depend on the strategy.
 	core *grouphandler.Core
+
+	// The aggregator's own settings, from its Config.
+	strategy           ReleaseStrategy
+	output             func(Group) (*message.Message, error)
+	partialOnExpiry    bool // SendPartialResultOnExpiry
+	removeOnCompletion bool // ExpireGroupsOnCompletion
+	// noSizeOutcome says what becomes of a group whose first message has
+	// no sequence size, for checkSequenceSize.
+	noSizeOutcome string
+
 	// reported holds the groups reported for lacking sequence sizes.
 	reported reportedGroups
 }
@@ -37,7 +46,21 @@ func New(cfg Config) (*Aggregator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Aggregator{cfg: cfg, core: grouphandler.New(kind, cfg.shared())}, nil
+	outcome := "the group waits forever: no GroupTimeout"
+	switch {
+	case cfg.GroupTimeout > 0 && cfg.SendPartialResultOnExpiry:
+		outcome = "GroupTimeout releases the group as a partial result"
+	case cfg.GroupTimeout > 0:
+		outcome = "GroupTimeout discards the group"
+	}
+	return &Aggregator{
+		core:               grouphandler.New(kind, cfg.settings()),
+		strategy:           cfg.Release,
+		output:             cfg.Output,
+		partialOnExpiry:    cfg.SendPartialResultOnExpiry,
+		removeOnCompletion: cfg.ExpireGroupsOnCompletion,
+		noSizeOutcome:      outcome,
+	}, nil
 }
 
 // AddHandler adds the aggregator to r as a consumer handler named
@@ -56,56 +79,60 @@ func (a *Aggregator) AddHandler(r *message.Router, handlerName, subscribeTopic s
 // publishes the group's output and completes the group, before returning.
 // A nil error means msg is durably in the store (or recognised as a
 // redelivery, or discarded as late) and may be acked. An error means msg
-// must be redelivered: a lock timeout (ErrLockTimeout), a store or publish
-// failure, ErrNoCorrelationKey or ErrNoMessageID.
+// must be redelivered: a lock timeout (ErrLockTimeout) or lost lock
+// (ErrLockLost), a store or publish failure, ErrNoCorrelationKey or
+// ErrNoMessageID.
 //
 // It costs one lock acquisition and release, one store Add, and on release
-// one Get, one Publish and one Update (or Remove); ReleaseWhen adds a Get
-// per message.
+// one Get, one Publish and one Update (or Remove). ReleaseWhen reads the
+// group (one Get) for every message, and its release reads it no more.
+// Under ReleaseOnSequenceSize, misfits found at release cost a discard
+// Publish and an Update, and no second Get.
 func (a *Aggregator) Handle(msg *message.Message) error {
 	ctx := msg.Context()
 	key, id, err := a.core.Identify(msg)
 	if err != nil {
 		return err
 	}
-	_, unlock, err := a.core.Lock(ctx, key, a.core.LockTimeout)
-	if err != nil {
-		return err
-	}
-	defer unlock()
+	return a.core.WithLock(ctx, key, func(lctx context.Context) error { return a.handle(lctx, key, id, msg) })
+}
 
-	g, more, err := a.core.Add(ctx, key, id, msg)
-	if err != nil || !more {
+// handle is Handle's work under the group lock, on its lock context. It
+// reads the group, with its messages, at most once: for ReleaseWhen before
+// asking it, otherwise only to release it.
+func (a *Aggregator) handle(ctx context.Context, key, id string, msg *message.Message) error {
+	added, look, err := a.core.Add(ctx, key, id, msg)
+	if err != nil || !look {
 		return err
 	}
-	a.checkSequenceSize(key, g.ID, msg)
-	var loaded *groupstore.Group
-	var view *Group
-	if a.cfg.Release.needsMessages() {
-		sg, err := a.core.Get(ctx, key)
-		if err != nil {
+	a.checkSequenceSize(key, added.ID, msg)
+	var (
+		sg   groupstore.Group // read with its messages, if it was
+		read bool
+		view *Group
+	)
+	if a.strategy.needsMessages() {
+		if sg, err = a.core.Get(ctx, key); err != nil {
 			return err
 		}
-		loaded, view = &sg, toGroup(sg, false)
+		read, view = true, toGroup(sg, false)
 	}
-	if !a.cfg.Release.canRelease(g.Size, msg, view) {
+	if !a.strategy.canRelease(added.Size, msg, view) {
 		return nil
 	}
-	if loaded == nil {
-		sg, err := a.core.Get(ctx, key)
-		if err != nil {
+	if !read {
+		if sg, err = a.core.Get(ctx, key); err != nil {
 			return err
 		}
-		loaded = &sg
 	}
-	sg, err := a.dropMisfits(ctx, *loaded)
+	fit, err := a.dropMisfits(ctx, sg)
 	if err != nil {
 		return err
 	}
-	if sg.Version != loaded.Version && !a.cfg.Release.canRelease(sg.Size, nil, toGroup(sg, false)) {
+	if fit.Version != sg.Version && !a.strategy.canRelease(fit.Size, nil, toGroup(fit, false)) {
 		return nil
 	}
-	return a.release(ctx, sg, toGroup(sg, false))
+	return a.release(ctx, fit, toGroup(fit, false))
 }
 
 // reportLimit bounds the groups an aggregator remembers having reported.
@@ -140,7 +167,7 @@ func (r *reportedGroups) first(id string) bool {
 // Watermill's LoggerAdapter having no warning level, once per group and
 // process, not per message.
 func (a *Aggregator) checkSequenceSize(key, groupID string, msg *message.Message) {
-	if a.cfg.Release.kind != releaseSequence {
+	if a.strategy.kind != releaseSequence {
 		return
 	}
 	v := msg.Metadata.Get(SequenceSizeKey)
@@ -150,17 +177,10 @@ func (a *Aggregator) checkSequenceSize(key, groupID string, msg *message.Message
 	if !a.reported.first(key + "\x00" + groupID) {
 		return
 	}
-	outcome := "the group waits forever: no GroupTimeout"
-	switch {
-	case a.cfg.GroupTimeout > 0 && a.cfg.SendPartialResultOnExpiry:
-		outcome = "GroupTimeout releases the group as a partial result"
-	case a.cfg.GroupTimeout > 0:
-		outcome = "GroupTimeout discards the group"
-	}
-	a.core.Logger.Error("Message without a sequence size: ReleaseOnSequenceSize (the default Release) does not release its group on it; "+
+	a.core.Logger().Error("Message without a sequence size: ReleaseOnSequenceSize (the default Release) does not release its group on it; "+
 		"for messages without sequence metadata set Config.Release to ReleaseOnCount, or ReleaseOnTimeout with a GroupTimeout",
 		fmt.Errorf("%w: %s %q", ErrNoSequenceSize, SequenceSizeKey, v),
-		watermill.LogFields{"group": key, "message_uuid": msg.UUID, "outcome": outcome})
+		watermill.LogFields{"group": key, "message_uuid": msg.UUID, "outcome": a.noSizeOutcome})
 }
 
 // Discard reasons of messages that do not fit their group's sequence.
@@ -178,15 +198,12 @@ const (
 // read anyway, costs nothing per message; a misfit only waits in the group
 // until then.
 func (a *Aggregator) dropMisfits(ctx context.Context, sg groupstore.Group) (groupstore.Group, error) {
-	if a.cfg.Release.kind != releaseSequence || len(sg.Messages) == 0 {
+	if a.strategy.kind != releaseSequence || len(sg.Messages) == 0 {
 		return sg, nil
 	}
 	size := sg.Messages[0].Metadata[SequenceSizeKey]
 	seen := make(map[string]bool, len(sg.Messages))
-	var (
-		misfits []*message.Message
-		ids     []string
-	)
+	var misfits []*message.Message
 	for _, m := range sg.Messages {
 		reason := ""
 		n, numbered := m.Metadata[SequenceNumberKey]
@@ -203,18 +220,11 @@ func (a *Aggregator) dropMisfits(ctx context.Context, sg groupstore.Group) (grou
 			continue
 		}
 		misfits = append(misfits, grouphandler.WithReason(grouphandler.ToMessage(m.UUID, m), DiscardReasonKey, reason))
-		ids = append(ids, m.UUID)
 	}
 	if len(misfits) == 0 {
 		return sg, nil
 	}
-	if err := a.core.Discard(ctx, sg.Key, misfits); err != nil {
-		return sg, err
-	}
-	if err := a.core.Store.Update(ctx, sg.Key, groupstore.Update{IfVersion: sg.Version, Release: ids}); err != nil {
-		return sg, fmt.Errorf("aggregator: dropping %d misfit(s) from group %q: %w", len(ids), sg.Key, err)
-	}
-	return a.core.Get(ctx, sg.Key)
+	return a.core.Drop(ctx, sg, misfits)
 }
 
 // toGroup converts a stored group to the view of strategies and outputs.
@@ -228,7 +238,7 @@ func toGroup(sg groupstore.Group, expired bool) *Group {
 
 // release publishes the output of g (the view of sg) and completes sg.
 func (a *Aggregator) release(ctx context.Context, sg groupstore.Group, g *Group) error {
-	out, err := a.cfg.Output(*g)
+	out, err := a.output(*g)
 	if err != nil {
 		return fmt.Errorf("aggregator: output of group %q: %w", sg.Key, err)
 	}
@@ -242,7 +252,7 @@ func (a *Aggregator) release(ctx context.Context, sg groupstore.Group, g *Group)
 // complete publishes outs, if any, and marks sg released and complete, or
 // removes it.
 func (a *Aggregator) complete(ctx context.Context, sg groupstore.Group, outs ...*message.Message) error {
-	return a.core.Commit(ctx, sg, a.core.Completion(sg), a.cfg.ExpireGroupsOnCompletion, outs)
+	return a.core.Commit(ctx, sg, a.core.Completion(sg), a.removeOnCompletion, outs)
 }
 
 // discard sends msgs of group key to the discard topic, or logs them.
@@ -283,12 +293,12 @@ func (a *Aggregator) expire(ctx context.Context, sg groupstore.Group) error {
 	}
 	g := toGroup(sg, true)
 	switch {
-	case a.cfg.Release.canRelease(sg.Size, nil, g):
-		if a.cfg.Release.kind == releaseTimeout {
+	case a.strategy.canRelease(sg.Size, nil, g):
+		if a.strategy.kind == releaseTimeout {
 			g.Expired = false
 		}
 		return a.release(ctx, sg, g)
-	case a.cfg.SendPartialResultOnExpiry:
+	case a.partialOnExpiry:
 		return a.release(ctx, sg, g)
 	}
 	if err := a.discard(ctx, sg.Key, "expired", g.Messages...); err != nil {

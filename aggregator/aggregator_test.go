@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -178,6 +179,52 @@ func TestReleaseWhenSeesTheWholeGroup(t *testing.T) {
 	}
 	if out := rec.on("out"); len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2},{"item":3}]` {
 		t.Errorf("outputs %v", out)
+	}
+}
+
+// countingStore counts the Get calls of the store it wraps.
+type countingStore struct {
+	groupstore.Store
+	gets atomic.Int32
+}
+
+func (s *countingStore) Get(ctx context.Context, key string) (groupstore.Group, error) {
+	s.gets.Add(1)
+	return s.Store.Get(ctx, key)
+}
+
+func TestReleaseWhenReadsTheGroupOncePerMessage(t *testing.T) {
+	store := &countingStore{Store: groupstore.NewMemory()}
+	a, rec := newAgg(t, aggregator.Config{Store: store, Release: aggregator.ReleaseWhen(func(g aggregator.Group) bool {
+		return len(g.Messages) == 3
+	})})
+	handle(t, a, part("w", 1, 0), part("w", 2, 0), part("w", 3, 0))
+	if len(rec.on("out")) != 1 {
+		t.Fatalf("outputs %v, want 1", rec.on("out"))
+	}
+	if n := store.gets.Load(); n != 3 {
+		t.Errorf("%d Gets for 3 messages and a release, want 3", n)
+	}
+}
+
+func TestMisfitsAreDroppedWithoutReadingTheGroupAgain(t *testing.T) {
+	store := &countingStore{Store: groupstore.NewMemory()}
+	a, rec := newAgg(t, aggregator.Config{Store: store, DiscardTopic: "discard"})
+	// A size that is not the group's does not make the group look
+	// complete on arrival, so the misfit is found at the release.
+	odd := part("t", 2, 5)
+	odd.UUID = "t-odd"
+	handle(t, a, part("t", 1, 2), odd)
+	before := store.gets.Load()
+	handle(t, a, part("t", 2, 2))
+	if d := rec.on("discard"); len(d) != 1 || d[0].UUID != odd.UUID {
+		t.Fatalf("discards %v, want the odd-sized message", d)
+	}
+	if out := rec.on("out"); len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2}]` {
+		t.Fatalf("outputs %v, want the sequence of size 2", out)
+	}
+	if n := store.gets.Load() - before; n != 1 {
+		t.Errorf("%d Gets to drop the misfit and release the group, want 1", n)
 	}
 }
 
@@ -412,6 +459,43 @@ func TestHeldGroupLockEndsInLockTimeoutNotAHang(t *testing.T) {
 	defer l.Unlock()
 	if err := a.Handle(part("busy", 1, 2)); !errors.Is(err, aggregator.ErrLockTimeout) {
 		t.Errorf("Handle on a locked group = %v, want ErrLockTimeout", err)
+	}
+}
+
+// ctxPublisher blocks until the published message's context ends, and
+// reports its cause; after 10 s it gives up with errNotStopped.
+type ctxPublisher struct{}
+
+var errNotStopped = errors.New("publish was not stopped by the end of its context")
+
+func (ctxPublisher) Publish(_ string, msgs ...*message.Message) error {
+	select {
+	case <-msgs[0].Context().Done():
+		return context.Cause(msgs[0].Context())
+	case <-time.After(10 * time.Second):
+		return errNotStopped
+	}
+}
+func (ctxPublisher) Close() error { return nil }
+
+func TestLostLockStopsTheReleaseBeforeItIsRecorded(t *testing.T) {
+	store := groupstore.NewMemory()
+	locks, err := registry.NewLocal(registry.WithTTL(50 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { locks.Close(context.Background()) })
+	a, _ := newAgg(t, aggregator.Config{Publisher: ctxPublisher{}, Store: store, Locks: locks,
+		Release: aggregator.ReleaseOnCount(1)})
+	if err := a.Handle(part("g", 1, 1)); !errors.Is(err, aggregator.ErrLockLost) {
+		t.Fatalf("Handle: %v, want ErrLockLost", err)
+	}
+	g, err := store.Get(context.Background(), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Complete || g.Size != 1 {
+		t.Errorf("group: complete %v, size %d; want the release unrecorded", g.Complete, g.Size)
 	}
 }
 

@@ -139,21 +139,20 @@ type Config struct {
 
 // kind tells the shared group-handler machinery what it works for.
 var kind = grouphandler.Kind{
-	Name:                "aggregator",
-	DefaultLockPrefix:   DefaultLockPrefix,
-	DefaultLockTimeout:  DefaultLockTimeout,
-	DefaultPollInterval: DefaultPollInterval,
-	CorrelationIDKey:    CorrelationIDKey,
-	DiscardReasonKey:    DiscardReasonKey,
-	ErrNoCorrelationKey: ErrNoCorrelationKey,
-	ErrNoMessageID:      ErrNoMessageID,
-	ErrLockTimeout:      ErrLockTimeout,
+	Name:             "aggregator",
+	DiscardReasonKey: DiscardReasonKey,
+	Defaults: grouphandler.Defaults{LockPrefix: DefaultLockPrefix, LockTimeout: DefaultLockTimeout,
+		PollInterval: DefaultPollInterval, CorrelationIDKey: CorrelationIDKey},
+	Errors: grouphandler.Errors{NoCorrelationKey: ErrNoCorrelationKey, NoMessageID: ErrNoMessageID,
+		LockTimeout: ErrLockTimeout, LockLost: ErrLockLost},
 }
 
-// shared returns the settings the aggregator shares with other group
-// handlers; [grouphandler.New] applies their defaults.
-func (c Config) shared() grouphandler.Config {
-	return grouphandler.Config{
+// settings returns the settings the aggregator shares with the
+// resequencer, for [grouphandler.New], which applies their defaults and is
+// their one holder from then on. TestSettingsCopyEverySharedField checks
+// that every one is copied.
+func (c Config) settings() grouphandler.Settings {
+	return grouphandler.Settings{
 		Publisher: c.Publisher, OutputTopic: c.OutputTopic,
 		Store: c.Store, Locks: c.Locks, LockPrefix: c.LockPrefix, LockTimeout: c.LockTimeout,
 		Correlation: c.Correlation, MessageID: c.MessageID,
@@ -178,7 +177,7 @@ func (c *Config) setDefaults() {
 // ErrInvalidConfig. [New] calls it after applying the defaults.
 func (c Config) Validate() error {
 	p := grouphandler.Problems{Invalid: ErrInvalidConfig}
-	s := c.shared()
+	s := c.settings()
 	s.CheckPublishing(&p)
 	s.CheckDurations(&p)
 	if c.Release.kind == releaseCount && c.Release.n <= 0 {

@@ -66,6 +66,19 @@
 // MinimumTimeoutForEmptyGroups or the store's own clean-up removes it
 // (jdbc.GroupStore: 7 days after its completion, see jdbc.WithGroupCleanup).
 //
+// The hold of the group lock is watched ([registry.Lock.Done]), by Handle
+// and by the timeout runner alike: if it ends, or may have ended, before
+// the work on the group is done, nothing more is published or recorded
+// (each step checks first), store calls and publishes in flight are
+// canceled within 10 ms, and Handle returns an error wrapping
+// [ErrLockLost], so that the message is nacked and redelivered rather than
+// acked for work done without the lock. The store needs no
+// such help: every change made under the lock is conditional on the
+// group's version, and an Outbox publishes in the same transaction, so a
+// handler that lost its lock cannot overwrite what the next holder did.
+// What the watch adds is that it also publishes no output or discard that
+// the next holder publishes again, and acks nothing it did not finish.
+//
 // # Guarantees
 //
 //   - A message is in the store before Handle returns nil, so before the

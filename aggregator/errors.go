@@ -20,6 +20,11 @@ var (
 	// Config.LockTimeout; the message is nacked and redelivered.
 	ErrLockTimeout = errors.New("aggregator: group lock timeout")
 
+	// ErrLockLost reports that the group lock's hold ended, or may have
+	// ended, before the handler was done with the group: nothing more is
+	// published or recorded, and the message is nacked and redelivered.
+	ErrLockLost = errors.New("aggregator: group lock lost")
+
 	// ErrNoSequenceSize is the error of the log entry, at error level, that
 	// reports a message without a valid positive SequenceSizeKey under
 	// [ReleaseOnSequenceSize]; Handle keeps and acks such a message and does

@@ -175,7 +175,7 @@ func (s *Memory) Remove(ctx context.Context, key string, version int64) error {
 
 // ClaimDue implements [Store.ClaimDue]. It costs time linear in the number
 // of groups.
-func (s *Memory) ClaimDue(ctx context.Context, limit int, lease time.Duration) ([]Claim, error) {
+func (s *Memory) ClaimDue(ctx context.Context, limit int, lease time.Duration) ([]DueGroup, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("groupstore: claim due: %w", err)
 	}
@@ -195,10 +195,10 @@ func (s *Memory) ClaimDue(ctx context.Context, limit int, lease time.Duration) (
 	if len(due) > limit {
 		due = due[:limit]
 	}
-	claims := make([]Claim, len(due))
+	claims := make([]DueGroup, len(due))
 	for i, g := range due {
 		g.claimEnd = now.Add(lease)
-		claims[i] = Claim{Key: g.Key, Version: g.Version}
+		claims[i] = DueGroup{Key: g.Key, Version: g.Version}
 	}
 	return claims, nil
 }

@@ -47,7 +47,7 @@ type Group struct {
 	LastReleasedSequence int64
 	// Releases counts the updates that released messages.
 	Releases int64
-	// Version increments with every change of the group.
+	// Version increments by one with every change of the group.
 	Version int64
 	// Due is when the group's timeout falls due, zero for none; Created and
 	// Updated are when the group was created and last changed. All three are
@@ -108,8 +108,11 @@ type Update struct {
 	ClearTimeout bool
 }
 
-// Claim is a due group handed to one claimer by [Store.ClaimDue].
-type Claim struct {
+// DueGroup is a group whose timeout fell due, claimed for one claimer by
+// [Store.ClaimDue] until the claim's lease ends. (A claim here is
+// unrelated to registry.Claimer, which takes a lease handed over by a
+// release.)
+type DueGroup struct {
 	Key     string
 	Version int64 // the version when claimed
 }
@@ -143,7 +146,7 @@ type Store interface {
 	// claimed group is not returned again until its lease ends or its due
 	// time changes. A claim grants nothing else: the claimer still takes the
 	// group lock and checks the version.
-	ClaimDue(ctx context.Context, limit int, lease time.Duration) ([]Claim, error)
+	ClaimDue(ctx context.Context, limit int, lease time.Duration) ([]DueGroup, error)
 }
 
 // Outbox is a Store that publishes messages in the transaction that changes

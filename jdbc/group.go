@@ -582,7 +582,7 @@ func (s *GroupStore) Remove(ctx context.Context, key string, version int64) erro
 const dueCondition = `DUE_AT <= {NOW} AND (CLAIMED_UNTIL IS NULL OR CLAIMED_UNTIL <= {NOW})`
 
 // ClaimDue implements [groupstore.Store.ClaimDue].
-func (s *GroupStore) ClaimDue(ctx context.Context, limit int, lease time.Duration) ([]groupstore.Claim, error) {
+func (s *GroupStore) ClaimDue(ctx context.Context, limit int, lease time.Duration) ([]groupstore.DueGroup, error) {
 	const what = "jdbc: group claim due"
 	if limit <= 0 {
 		return nil, nil
@@ -591,7 +591,7 @@ func (s *GroupStore) ClaimDue(ctx context.Context, limit int, lease time.Duratio
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	type due struct {
-		claim groupstore.Claim
+		claim groupstore.DueGroup
 		gk    string
 		at    time.Time
 	}
@@ -649,7 +649,7 @@ func (s *GroupStore) ClaimDue(ctx context.Context, limit int, lease time.Duratio
 		}
 		claims = won
 	}
-	out := make([]groupstore.Claim, len(claims))
+	out := make([]groupstore.DueGroup, len(claims))
 	for i, d := range claims {
 		out[i] = d.claim
 	}

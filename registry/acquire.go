@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/lockreg/lockreg/internal/backoff"
 )
 
 type waitMode int
@@ -43,7 +45,7 @@ type acquisition struct {
 	mode    waitMode
 	queue   Queue        // nil if the repository is none
 	handOff HandOffQueue // nil if the repository is none
-	bo      backoff
+	bo      *backoff.Backoff
 
 	ambiguous bool // the last attempt may have taken the lease
 	queued    bool // this client may have a place in the key's queue
@@ -101,7 +103,7 @@ func (a *acquisition) run(ctx context.Context) (bool, error) {
 				return false, wrap("lock", k.key, err)
 			}
 			k.reg.report(k.key, wrap("lock (retrying)", k.key, err))
-			delay = a.bo.next()
+			delay = a.bo.Next()
 		default:
 			return false, wrap("lock", k.key, err)
 		}
@@ -133,7 +135,7 @@ func (a *acquisition) ask(ctx context.Context) (Lease, bool, error) {
 // to a [Notifier], since a release between the attempt and the
 // subscription would go unheard.
 func (a *acquisition) heldElsewhere() time.Duration {
-	a.bo.reset()
+	a.bo.Reset()
 	if n, ok := a.k.reg.repo.(Notifier); ok && a.wake == nil {
 		a.wake = make(chan struct{}, 1)
 		a.stop = n.Notify(a.k.key, a.wake)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/lockreg/lockreg/internal/backoff"
 )
 
 // hold is one hold of a key's lease, from its acquisition to its release,
@@ -186,7 +188,7 @@ func (h *hold) keepAlive() {
 			return
 		}
 		h.reg.report(h.key, wrap("keep-alive (retrying)", h.key, err))
-		if !sleep(ctx, bo.next(), h.reg.done) {
+		if !backoff.Sleep(ctx, bo.Next(), h.reg.done) {
 			return // the watchdog closes done
 		}
 	}

@@ -75,8 +75,15 @@ func New(repo Repository, opts ...Option) (*Registry, error) {
 // Spring's, distinct keys never share a lock. It returns the errors of [New]
 // for invalid options.
 func NewLocal(opts ...Option) (*Registry, error) {
-	return New(new(localRepository), opts...)
+	return New(NewLocalRepository(), opts...)
 }
+
+// NewLocalRepository returns the repository of [NewLocal]: it grants every
+// lease at once, so that the registry's per-key local lock alone provides
+// exclusion, within one process. Its leases never expire and its tokens
+// increase across all its keys. It is for executors and handlers built on a
+// repository (package tasklock's NewLocal) that want NewLocal's behaviour.
+func NewLocalRepository() Repository { return new(localRepository) }
 
 // Obtain returns the lock for key. It performs no I/O and never fails: every
 // string, including the empty one, is a valid key. While a key's lock is

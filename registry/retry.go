@@ -4,33 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
+
+	"github.com/lockreg/lockreg/internal/backoff"
 )
 
 // maxBackoff caps the wait between retries of transient errors.
 const maxBackoff = time.Second
 
-// backoff is the registry's one retry policy: capped exponential delays
-// with "equal jitter". Each delay is drawn from [d/2, d), so retrying
-// clients spread out but never retry faster than half the nominal step.
-type backoff struct {
-	base, cur time.Duration
+// newBackoff is the registry's retry policy: capped exponential delays
+// with equal jitter (see internal/backoff), starting at the idle interval
+// or 10 ms, whichever is shorter.
+func newBackoff(idle time.Duration) *backoff.Backoff {
+	return backoff.New(min(idle, 10*time.Millisecond), maxBackoff)
 }
-
-func newBackoff(idle time.Duration) backoff {
-	base := min(idle, 10*time.Millisecond)
-	return backoff{base: base, cur: base}
-}
-
-func (b *backoff) next() time.Duration {
-	d := b.cur
-	b.cur = min(b.cur*2, maxBackoff)
-	half := d / 2
-	return half + rand.N(half+1)
-}
-
-func (b *backoff) reset() { b.cur = b.base }
 
 // attempt runs one repository call, bounded by ttl: a statement that takes
 // longer than a lease would return a lease already expired. An error due to
@@ -62,28 +49,13 @@ func retryUntil(ctx context.Context, until time.Time, ttl, idle time.Duration,
 		case ctx.Err() != nil || !errors.Is(err, ErrTransient):
 			return err
 		}
-		delay := bo.next()
+		delay := bo.Next()
 		if time.Until(until) < delay {
 			return fmt.Errorf("gave up as the lease expired: %w", err)
 		}
 		retrying(err)
-		if !sleep(ctx, delay, nil) {
+		if !backoff.Sleep(ctx, delay, nil) {
 			return ctx.Err()
 		}
-	}
-}
-
-// sleep waits for d and reports whether it did: false if ctx is done or
-// stop is closed first. A nil stop never closes.
-func sleep(ctx context.Context, d time.Duration, stop <-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	case <-stop:
-		return false
 	}
 }

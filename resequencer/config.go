@@ -152,22 +152,20 @@ type Config struct {
 
 // kind tells the shared group-handler machinery what it works for.
 var kind = grouphandler.Kind{
-	Name:                "resequencer",
-	DefaultLockPrefix:   DefaultLockPrefix,
-	DefaultLockTimeout:  DefaultLockTimeout,
-	DefaultPollInterval: DefaultPollInterval,
-	CorrelationIDKey:    CorrelationIDKey,
-	DiscardReasonKey:    DiscardReasonKey,
-	ErrNoCorrelationKey: ErrNoCorrelationKey,
-	ErrNoMessageID:      ErrNoMessageID,
-	ErrLockTimeout:      ErrLockTimeout,
-	ErrLockLost:         ErrLockLost,
+	Name:             "resequencer",
+	DiscardReasonKey: DiscardReasonKey,
+	Defaults: grouphandler.Defaults{LockPrefix: DefaultLockPrefix, LockTimeout: DefaultLockTimeout,
+		PollInterval: DefaultPollInterval, CorrelationIDKey: CorrelationIDKey},
+	Errors: grouphandler.Errors{NoCorrelationKey: ErrNoCorrelationKey, NoMessageID: ErrNoMessageID,
+		LockTimeout: ErrLockTimeout, LockLost: ErrLockLost},
 }
 
-// shared returns the settings the resequencer shares with other group
-// handlers; [grouphandler.New] applies their defaults.
-func (c Config) shared() grouphandler.Config {
-	return grouphandler.Config{
+// settings returns the settings the resequencer shares with the
+// aggregator, for [grouphandler.New], which applies their defaults and is
+// their one holder from then on. TestSettingsCopyEverySharedField checks
+// that every one is copied.
+func (c Config) settings() grouphandler.Settings {
+	return grouphandler.Settings{
 		Publisher: c.Publisher, OutputTopic: c.OutputTopic,
 		Store: c.Store, Locks: c.Locks, LockPrefix: c.LockPrefix, LockTimeout: c.LockTimeout,
 		Correlation: c.Correlation, MessageID: c.MessageID,
@@ -176,6 +174,23 @@ func (c Config) shared() grouphandler.Config {
 		DiscardPublisher: c.DiscardPublisher, DiscardTopic: c.DiscardTopic,
 		Logger: c.Logger,
 	}
+}
+
+// rules are the resequencer's own settings, the fields of its Config that
+// are not in [grouphandler.Settings].
+type rules struct {
+	numberKey, sizeKey string // SequenceNumberKey, SequenceSizeKey
+	partial            bool   // ReleasePartialSequences
+	partialOnExpiry    bool   // SendPartialResultOnExpiry
+	removeOnTimeout    bool   // ExpireGroupsOnTimeout
+	removeOnCompletion bool   // ExpireGroupsOnCompletion
+}
+
+// rules returns the resequencer's own settings of c.
+func (c Config) rules() rules {
+	return rules{numberKey: c.SequenceNumberKey, sizeKey: c.SequenceSizeKey, partial: c.ReleasePartialSequences,
+		partialOnExpiry: c.SendPartialResultOnExpiry, removeOnTimeout: c.ExpireGroupsOnTimeout,
+		removeOnCompletion: c.ExpireGroupsOnCompletion}
 }
 
 // setDefaults applies the defaults of the resequencer's own fields.
@@ -192,7 +207,7 @@ func (c *Config) setDefaults() {
 // ErrInvalidConfig. [New] calls it after applying the defaults.
 func (c Config) Validate() error {
 	p := grouphandler.Problems{Invalid: ErrInvalidConfig}
-	s := c.shared()
+	s := c.settings()
 	s.CheckPublishing(&p)
 	if c.SequenceNumberKey != "" && c.SequenceNumberKey == c.SequenceSizeKey {
 		p.Add("SequenceNumberKey and SequenceSizeKey must differ, both are %q", c.SequenceNumberKey)

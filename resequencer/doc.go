@@ -35,8 +35,13 @@
 // version check. The next run can only be released by a handler that
 // reads that record, so it is published after the earlier run's Publish
 // returned, whichever instance handles it. If the lock's hold ends or may
-// have ended ([registry.Lock.Done]) the handler stops before publishing or
-// recording anything more and returns ErrLockLost.
+// have ended ([registry.Lock.Done]) the handler, or the timeout runner,
+// stops before publishing or recording anything more (calls in flight are
+// canceled within 10 ms), and Handle returns an error wrapping
+// ErrLockLost, so that the message is nacked and redelivered. The version checks alone keep the store right; the watch
+// keeps a handler that lost its lock from publishing a run that the next
+// holder publishes too, and from acking work it did not finish. The
+// aggregator watches its group locks in the same way.
 //
 // # Guarantees
 //

@@ -11,32 +11,32 @@ import (
 
 // sequence reads the sequence number and size (0 for none) from md, or
 // says what is wrong with them.
-func (c *Config) sequence(md map[string]string) (seq, size int64, problem string) {
-	rawSize, hasSize := md[c.SequenceSizeKey]
+func (r rules) sequence(md map[string]string) (seq, size int64, problem string) {
+	rawSize, hasSize := md[r.sizeKey]
 	if hasSize {
 		n, err := strconv.ParseInt(rawSize, 10, 64)
 		switch {
 		case err != nil:
-			return 0, 0, fmt.Sprintf("%s %q is not a number", c.SequenceSizeKey, rawSize)
+			return 0, 0, fmt.Sprintf("%s %q is not a number", r.sizeKey, rawSize)
 		case n < 1:
-			return 0, 0, fmt.Sprintf("%s %d is below 1", c.SequenceSizeKey, n)
+			return 0, 0, fmt.Sprintf("%s %d is below 1", r.sizeKey, n)
 		}
 		size = n
-	} else if !c.ReleasePartialSequences {
-		return 0, 0, fmt.Sprintf("%s is missing", c.SequenceSizeKey)
+	} else if !r.partial {
+		return 0, 0, fmt.Sprintf("%s is missing", r.sizeKey)
 	}
-	raw, ok := md[c.SequenceNumberKey]
+	raw, ok := md[r.numberKey]
 	if !ok {
-		return 0, 0, fmt.Sprintf("%s is missing", c.SequenceNumberKey)
+		return 0, 0, fmt.Sprintf("%s is missing", r.numberKey)
 	}
 	n, err := strconv.ParseInt(raw, 10, 64)
 	switch {
 	case err != nil:
-		return 0, 0, fmt.Sprintf("%s %q is not a number", c.SequenceNumberKey, raw)
+		return 0, 0, fmt.Sprintf("%s %q is not a number", r.numberKey, raw)
 	case n < 1:
-		return 0, 0, fmt.Sprintf("%s %d is below 1", c.SequenceNumberKey, n)
+		return 0, 0, fmt.Sprintf("%s %d is below 1", r.numberKey, n)
 	case size > 0 && n > size:
-		return 0, 0, fmt.Sprintf("%s %d is beyond %s %d", c.SequenceNumberKey, n, c.SequenceSizeKey, size)
+		return 0, 0, fmt.Sprintf("%s %d is beyond %s %d", r.numberKey, n, r.sizeKey, size)
 	}
 	return n, size, ""
 }
@@ -83,7 +83,7 @@ func (p plan) ids() []string {
 // released (skipping gaps) or discarded; otherwise the run that follows the
 // last released number is released when partial releases are on, and the
 // whole sequence once it is all there when they are off.
-func (c *Config) planFor(sg groupstore.Group, expired bool) plan {
+func (r rules) planFor(sg groupstore.Group, expired bool) plan {
 	p := plan{last: sg.LastReleasedSequence}
 	var (
 		valid     []entry
@@ -91,7 +91,7 @@ func (c *Config) planFor(sg groupstore.Group, expired bool) plan {
 		groupSize = int64(-1)
 	)
 	for _, m := range sg.Messages {
-		seq, size, problem := c.sequence(m.Metadata)
+		seq, size, problem := r.sequence(m.Metadata)
 		switch {
 		case problem != "":
 			p.discard = append(p.discard, discarded{m, reasonInvalid + problem})
@@ -99,7 +99,7 @@ func (c *Config) planFor(sg groupstore.Group, expired bool) plan {
 			p.discard = append(p.discard, discarded{m, reasonLate})
 		case groupSize >= 0 && size != groupSize:
 			p.discard = append(p.discard, discarded{m, fmt.Sprintf("%s%s %d differs from the group's %d",
-				reasonInvalid, c.SequenceSizeKey, size, groupSize)})
+				reasonInvalid, r.sizeKey, size, groupSize)})
 		case seen[seq]:
 			p.discard = append(p.discard, discarded{m, reasonDuplicate})
 		default:
@@ -110,14 +110,14 @@ func (c *Config) planFor(sg groupstore.Group, expired bool) plan {
 	}
 	slices.SortFunc(valid, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
 	switch {
-	case expired && c.SendPartialResultOnExpiry:
+	case expired && r.partialOnExpiry:
 		p.release = valid
 	case expired:
 		for _, e := range valid {
 			p.discard = append(p.discard, discarded{e.msg, reasonExpired})
 		}
 		return p
-	case c.ReleasePartialSequences:
+	case r.partial:
 		for _, e := range valid {
 			if e.seq != p.last+int64(len(p.release))+1 {
 				break

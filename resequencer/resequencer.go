@@ -18,10 +18,11 @@ import (
 // (groupstore.Group.ID) and its sequence number, so every attempt to
 // publish it, by any instance, carries the same UUID.
 type Resequencer struct {
-	// cfg holds the resequencer's own settings; core holds the shared
-	// ones, defaulted.
-	cfg  Config
+	// core holds the settings the resequencer shares with the aggregator,
+	// defaulted, and does the work that does not depend on sequences.
 	core *grouphandler.Core
+	// rules holds the resequencer's own settings.
+	rules rules
 }
 
 // New returns a resequencer configured by cfg after applying defaults. It
@@ -32,7 +33,7 @@ func New(cfg Config) (*Resequencer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Resequencer{cfg: cfg, core: grouphandler.New(kind, cfg.shared())}, nil
+	return &Resequencer{core: grouphandler.New(kind, cfg.settings()), rules: cfg.rules()}, nil
 }
 
 // AddHandler adds the resequencer to r as a consumer handler named
@@ -68,23 +69,19 @@ func (q *Resequencer) Handle(msg *message.Message) error {
 	if err != nil {
 		return err
 	}
-	if _, _, problem := q.cfg.sequence(msg.Metadata); problem != "" {
+	if _, _, problem := q.rules.sequence(msg.Metadata); problem != "" {
 		return q.core.Discard(ctx, key, []*message.Message{withReason(msg.Copy(), reasonInvalid+problem)})
 	}
-	lctx, unlock, err := q.core.Lock(ctx, key, q.core.LockTimeout)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-
-	if _, more, err := q.core.Add(lctx, key, id, msg); err != nil || !more {
-		return q.core.Fail(lctx, err)
-	}
-	sg, err := q.core.Get(lctx, key)
-	if err != nil {
-		return q.core.Fail(lctx, err)
-	}
-	return q.core.Fail(lctx, q.apply(lctx, sg, q.cfg.planFor(sg, false), false))
+	return q.core.WithLock(ctx, key, func(lctx context.Context) error {
+		if _, look, err := q.core.Add(lctx, key, id, msg); err != nil || !look {
+			return err
+		}
+		sg, err := q.core.Get(lctx, key)
+		if err != nil {
+			return err
+		}
+		return q.apply(lctx, sg, q.rules.planFor(sg, false), false)
+	})
 }
 
 // withReason sets the discard reason of m and returns m.
@@ -114,7 +111,7 @@ func (q *Resequencer) apply(ctx context.Context, sg groupstore.Group, p plan, ex
 		remove bool
 	)
 	switch {
-	case expired && q.cfg.ExpireGroupsOnTimeout, p.complete && q.cfg.ExpireGroupsOnCompletion:
+	case expired && q.rules.removeOnTimeout, p.complete && q.rules.removeOnCompletion:
 		remove = true
 	case expired || p.complete:
 		u = q.core.Completion(sg)
@@ -152,5 +149,5 @@ func (q *Resequencer) expire(ctx context.Context, sg groupstore.Group) error {
 	if sg.Complete {
 		return q.core.Remove(ctx, sg)
 	}
-	return q.apply(ctx, sg, q.cfg.planFor(sg, true), true)
+	return q.apply(ctx, sg, q.rules.planFor(sg, true), true)
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockreg/lockreg/internal/backoff"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -80,7 +81,7 @@ func New(repo registry.Repository, opts ...registry.Option) (*Executor, error) {
 // passed, as for any repository that is not a [Releaser]. It returns the
 // errors of [New].
 func NewLocal(opts ...registry.Option) (*Executor, error) {
-	return New(new(localRepository), opts...)
+	return New(registry.NewLocalRepository(), opts...)
 }
 
 // Close releases the locks whose lockAtLeastFor the executor is still
@@ -321,23 +322,15 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // releaseAfter calls ReleaseAfter, retrying transient errors with backoff
 // until the lease's Done closes or ctx ends.
 func (l *Lock) releaseAfter(ctx context.Context) error {
-	delay := 10 * time.Millisecond
+	bo := backoff.New(10*time.Millisecond, time.Second)
 	for {
 		err := l.e.rel.ReleaseAfter(ctx, l.name, l.atLeast)
 		if err == nil || !errors.Is(err, registry.ErrTransient) {
 			return err
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-l.done:
-			t.Stop()
-			return err
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, bo.Next(), l.done) {
 			return err
 		}
-		delay = min(2*delay, time.Second)
 	}
 }
 
@@ -406,14 +399,3 @@ func (l *Lock) taskContext(ctx context.Context) (context.Context, func()) {
 		cancel(nil)
 	}
 }
-
-// localRepository grants every lease, as registry.NewLocal's does: the
-// registry's local per-key primitive alone provides exclusion.
-type localRepository struct{ tokens atomic.Int64 }
-
-func (r *localRepository) Acquire(context.Context, string, time.Duration) (registry.Lease, bool, error) {
-	return registry.Lease{Token: r.tokens.Add(1)}, true, nil
-}
-func (*localRepository) Renew(context.Context, string, time.Duration) error { return nil }
-func (*localRepository) Release(context.Context, string) error              { return nil }
-func (*localRepository) Close(context.Context) error                        { return nil }

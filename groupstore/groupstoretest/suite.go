@@ -255,8 +255,8 @@ func testUpdateConflict(t *testing.T, s groupstore.Store) {
 		t.Errorf("a conflicting update changed the group: %+v", now)
 	}
 	update(t, s, "ver", groupstore.Update{IfVersion: now.Version, Complete: true})
-	if after := get(t, s, "ver"); after.Version <= now.Version {
-		t.Errorf("version %d after update, was %d", after.Version, now.Version)
+	if after := get(t, s, "ver"); after.Version != now.Version+1 {
+		t.Errorf("version %d after update, was %d; want one more", after.Version, now.Version)
 	}
 }
 
@@ -318,7 +318,7 @@ func testIndependentKeys(t *testing.T, s groupstore.Store) {
 }
 
 // claimUntil polls ClaimDue until it returns a claim of key, or fails t.
-func claimUntil(t *testing.T, s groupstore.Store, key string) groupstore.Claim {
+func claimUntil(t *testing.T, s groupstore.Store, key string) groupstore.DueGroup {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -344,7 +344,7 @@ func claimed(t *testing.T, s groupstore.Store, key string) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return slices.ContainsFunc(claims, func(c groupstore.Claim) bool { return c.Key == key })
+	return slices.ContainsFunc(claims, func(c groupstore.DueGroup) bool { return c.Key == key })
 }
 
 func testClaimOnce(t *testing.T, s groupstore.Store) {

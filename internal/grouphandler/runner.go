@@ -17,11 +17,11 @@ const claimBatch = 100
 
 // RunTimeouts expires due groups until ctx is done, then returns nil. Every
 // PollInterval it claims due groups and hands each that is still due to
-// expire, under the group lock; see [Core.Expire]. Failures are logged and
+// expire, under the group lock (see expireOne). Failures are logged and
 // retried when the claim's lease ends.
 func (c *Core) RunTimeouts(ctx context.Context, expire func(context.Context, groupstore.Group) error) error {
 	c.announce()
-	t := time.NewTicker(c.PollInterval)
+	t := time.NewTicker(c.s.PollInterval)
 	defer t.Stop()
 	for {
 		c.expireDue(ctx, expire)
@@ -36,7 +36,7 @@ func (c *Core) RunTimeouts(ctx context.Context, expire func(context.Context, gro
 // claimLease outlasts the longest a runner may hold a claim: a lock wait
 // and a locked expiry, with a poll's slack.
 func (c *Core) claimLease() time.Duration {
-	return 2*c.LockTimeout + c.PollInterval
+	return 2*c.s.LockTimeout + c.s.PollInterval
 }
 
 // expireWait bounds the runner's wait for a group lock: LockTimeout, but at
@@ -45,22 +45,22 @@ func (c *Core) claimLease() time.Duration {
 // uncontended acquisition on a loaded database, not only a poll; the
 // bound keeps one busy group from holding up the rest of the batch.
 func (c *Core) expireWait() time.Duration {
-	return min(c.LockTimeout, max(c.PollInterval, time.Second))
+	return min(c.s.LockTimeout, max(c.s.PollInterval, time.Second))
 }
 
 // expireDue claims and expires due groups until none is left or ctx ends.
 func (c *Core) expireDue(ctx context.Context, expire func(context.Context, groupstore.Group) error) {
 	for ctx.Err() == nil {
-		claims, err := c.Store.ClaimDue(ctx, claimBatch, c.claimLease())
+		claims, err := c.s.Store.ClaimDue(ctx, claimBatch, c.claimLease())
 		if err != nil {
 			if ctx.Err() == nil {
-				c.Logger.Error("Claiming due groups failed", err, nil)
+				c.logger.Error("Claiming due groups failed", err, nil)
 			}
 			return
 		}
-		for _, cl := range claims {
-			if err := c.Expire(ctx, cl, expire); err != nil && ctx.Err() == nil {
-				c.Logger.Error("Expiring group failed; retrying later", err, watermill.LogFields{"group": cl.Key})
+		for _, due := range claims {
+			if err := c.expireOne(ctx, due, expire); err != nil && ctx.Err() == nil {
+				c.logger.Error("Expiring group failed; retrying later", err, watermill.LogFields{"group": due.Key})
 			}
 		}
 		if len(claims) < claimBatch {
@@ -69,31 +69,28 @@ func (c *Core) expireDue(ctx context.Context, expire func(context.Context, group
 	}
 }
 
-// Expire takes the lock of the claimed group, waiting at most expireWait,
-// and calls expire with the lock
-// context and the group, unless the group is busy (whoever holds it changes
-// it, or the claim lapses), gone, or changed since it fell due (its new due
-// time stands).
-func (c *Core) Expire(ctx context.Context, cl groupstore.Claim, expire func(context.Context, groupstore.Group) error) error {
-	lctx, unlock, err := c.Lock(ctx, cl.Key, c.expireWait())
-	if errors.Is(err, c.kind.ErrLockTimeout) {
+// expireOne takes the lock of the due group, waiting at most expireWait,
+// and calls expire with the lock context and the group, unless the group
+// is busy (whoever holds it changes it, or the claim lapses), gone, or
+// changed since it fell due (its new due time stands).
+func (c *Core) expireOne(ctx context.Context, due groupstore.DueGroup, expire func(context.Context, groupstore.Group) error) error {
+	err := c.withLock(ctx, due.Key, c.expireWait(), func(lctx context.Context) error {
+		sg, err := c.Get(lctx, due.Key)
+		if errors.Is(err, groupstore.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if sg.Version != due.Version {
+			return nil
+		}
+		return expire(lctx, sg)
+	})
+	if errors.Is(err, c.kind.Errors.LockTimeout) {
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	sg, err := c.Get(lctx, cl.Key)
-	if errors.Is(err, groupstore.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return c.Fail(lctx, err)
-	}
-	if sg.Version != cl.Version {
-		return nil
-	}
-	return c.Fail(lctx, expire(lctx, sg))
+	return err
 }
 
 // runnerSubscriber runs the timeout runner for as long as the handler's

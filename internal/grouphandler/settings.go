@@ -12,9 +12,11 @@ import (
 	"github.com/lockreg/lockreg/registry"
 )
 
-// Config holds the settings every group handler has. The fields mean what
-// the same-named fields of aggregator.Config and resequencer.Config say.
-type Config struct {
+// Settings are the settings every group handler has. Each field means what
+// the same-named field of aggregator.Config and resequencer.Config says.
+// A handler's New passes them to [New] once, as its user set them; the
+// [Core] applies the defaults and is then their only holder.
+type Settings struct {
 	Publisher                    message.Publisher
 	OutputTopic                  string
 	Store                        groupstore.Store
@@ -31,32 +33,43 @@ type Config struct {
 	Logger                       watermill.LoggerAdapter
 }
 
-// setDefaults fills in the zero fields with the defaults of k, which its
-// package documents and exports.
-func (c *Config) setDefaults(k Kind) {
-	if c.Store == nil {
-		c.Store = groupstore.NewMemory()
+// Defaults are a handler package's defaults of the settings whose default
+// differs between handlers, as the package documents and exports them.
+type Defaults struct {
+	LockPrefix   string
+	LockTimeout  time.Duration
+	PollInterval time.Duration
+	// CorrelationIDKey is the metadata key the default Correlation reads.
+	CorrelationIDKey string
+}
+
+// setDefaults fills in the zero fields with d and the defaults that all
+// handlers share. It leaves Logger to [New].
+func (s *Settings) setDefaults(d Defaults) {
+	if s.Store == nil {
+		s.Store = groupstore.NewMemory()
 	}
-	if c.Locks == nil {
-		c.Locks = newLocal()
+	if s.Locks == nil {
+		s.Locks = newLocal()
 	}
-	if c.LockPrefix == "" {
-		c.LockPrefix = k.DefaultLockPrefix
+	if s.LockPrefix == "" {
+		s.LockPrefix = d.LockPrefix
 	}
-	if c.LockTimeout == 0 {
-		c.LockTimeout = k.DefaultLockTimeout
+	if s.LockTimeout == 0 {
+		s.LockTimeout = d.LockTimeout
 	}
-	if c.Correlation == nil {
-		c.Correlation = func(m *message.Message) string { return m.Metadata.Get(k.CorrelationIDKey) }
+	if s.Correlation == nil {
+		key := d.CorrelationIDKey
+		s.Correlation = func(m *message.Message) string { return m.Metadata.Get(key) }
 	}
-	if c.MessageID == nil {
-		c.MessageID = func(m *message.Message) string { return m.UUID }
+	if s.MessageID == nil {
+		s.MessageID = func(m *message.Message) string { return m.UUID }
 	}
-	if c.PollInterval == 0 {
-		c.PollInterval = k.DefaultPollInterval
+	if s.PollInterval == 0 {
+		s.PollInterval = d.PollInterval
 	}
-	if c.DiscardTopic != "" && c.DiscardPublisher == nil {
-		c.DiscardPublisher = c.Publisher
+	if s.DiscardTopic != "" && s.DiscardPublisher == nil {
+		s.DiscardPublisher = s.Publisher
 	}
 }
 
@@ -79,30 +92,30 @@ func (p *Problems) Err() error { return errors.Join(p.errs...) }
 // CheckPublishing records missing or inconsistent publishing settings. It
 // is split from CheckDurations so that a handler can report its own
 // problems in between, in the order of its fields.
-func (c Config) CheckPublishing(p *Problems) {
-	_, outbox := c.Store.(groupstore.Outbox)
-	if c.Publisher == nil && !outbox {
+func (s Settings) CheckPublishing(p *Problems) {
+	_, outbox := s.Store.(groupstore.Outbox)
+	if s.Publisher == nil && !outbox {
 		p.Add("Publisher is required unless Store is a groupstore.Outbox")
 	}
-	if c.DiscardTopic != "" && c.DiscardPublisher == nil && c.Publisher == nil {
+	if s.DiscardTopic != "" && s.DiscardPublisher == nil && s.Publisher == nil {
 		p.Add("DiscardTopic needs a DiscardPublisher or a Publisher")
 	}
-	if c.OutputTopic == "" {
+	if s.OutputTopic == "" {
 		p.Add("OutputTopic is required")
 	}
-	if c.DiscardPublisher != nil && c.DiscardTopic == "" {
+	if s.DiscardPublisher != nil && s.DiscardTopic == "" {
 		p.Add("DiscardPublisher needs a DiscardTopic")
 	}
 }
 
 // CheckDurations records negative durations.
-func (c Config) CheckDurations(p *Problems) {
+func (s Settings) CheckDurations(p *Problems) {
 	for _, d := range []struct {
 		name string
 		d    time.Duration
 	}{
-		{"LockTimeout", c.LockTimeout}, {"PollInterval", c.PollInterval},
-		{"GroupTimeout", c.GroupTimeout}, {"MinimumTimeoutForEmptyGroups", c.MinimumTimeoutForEmptyGroups},
+		{"LockTimeout", s.LockTimeout}, {"PollInterval", s.PollInterval},
+		{"GroupTimeout", s.GroupTimeout}, {"MinimumTimeoutForEmptyGroups", s.MinimumTimeoutForEmptyGroups},
 	} {
 		if d.d < 0 {
 			p.Add("%s must not be negative, not %v", d.name, d.d)

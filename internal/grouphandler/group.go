@@ -1,0 +1,212 @@
+package grouphandler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+
+	"github.com/lockreg/lockreg/groupstore"
+)
+
+// Add adds msg, identified by id, to group key; call it under the group
+// lock. It returns the group as Add left it, without its messages, and
+// whether the handler is to look at the group: a message that reached a
+// complete group is discarded as "late", and a redelivery to a complete
+// group needs nothing more. A redelivery to an open group is looked at
+// again, as an earlier attempt may have failed between adding and
+// releasing.
+func (c *Core) Add(ctx context.Context, key, id string, msg *message.Message) (g groupstore.Group, look bool, err error) {
+	if err := c.checkHold(ctx, "adding to", key); err != nil {
+		return g, false, err
+	}
+	g, outcome, err := c.s.Store.Add(ctx, key, groupstore.Message{UUID: id, Metadata: msg.Metadata, Payload: msg.Payload}, c.s.GroupTimeout)
+	if err != nil {
+		return g, false, fmt.Errorf("%s: adding message %s to group %q: %w", c.kind.Name, msg.UUID, key, err)
+	}
+	switch outcome {
+	case groupstore.Rejected:
+		return g, false, c.Discard(ctx, key, []*message.Message{WithReason(msg.Copy(), c.kind.DiscardReasonKey, "late")})
+	case groupstore.Duplicate:
+		c.logger.Debug("Redelivered message ignored", watermill.LogFields{"message_uuid": msg.UUID, "group": key})
+		if g.Complete {
+			return g, false, nil
+		}
+	}
+	return g, true, nil
+}
+
+// Get reads group key.
+func (c *Core) Get(ctx context.Context, key string) (groupstore.Group, error) {
+	sg, err := c.s.Store.Get(ctx, key)
+	if err != nil {
+		return sg, fmt.Errorf("%s: reading group %q: %w", c.kind.Name, key, err)
+	}
+	return sg, nil
+}
+
+// Completion is the update that completes sg: its messages are released
+// and, with MinimumTimeoutForEmptyGroups, the kept group falls due for
+// removal then.
+func (c *Core) Completion(sg groupstore.Group) groupstore.Update {
+	u := groupstore.Update{IfVersion: sg.Version, ReleaseAll: true, Complete: true, ClearTimeout: true}
+	if c.s.MinimumTimeoutForEmptyGroups > 0 {
+		u.ClearTimeout, u.Timeout = false, c.s.MinimumTimeoutForEmptyGroups
+	}
+	return u
+}
+
+// Commit publishes outs to the output topic and records u for sg, or
+// removes sg when remove is set. With an Outbox store both happen in one
+// transaction (a removal becomes a completion that falls due at once,
+// followed by a removal, so that a failed removal is left to the timeout
+// runner). Otherwise outs are published first, so that a failure before the
+// record publishes them again, with the same UUIDs, on the next attempt. A
+// lost hold stops it before it publishes and before it records.
+func (c *Core) Commit(ctx context.Context, sg groupstore.Group, u groupstore.Update, remove bool, outs []*message.Message) error {
+	for _, m := range outs {
+		m.SetContext(ctx)
+	}
+	if err := c.checkHold(ctx, "releasing", sg.Key); err != nil {
+		return err
+	}
+	if ob, ok := c.s.Store.(groupstore.Outbox); ok && len(outs) > 0 {
+		if remove {
+			u = groupstore.Update{IfVersion: sg.Version, ReleaseAll: true, Complete: true, Timeout: time.Microsecond}
+		}
+		if err := ob.UpdatePublish(ctx, sg.Key, u, c.s.OutputTopic, outs...); err != nil {
+			return fmt.Errorf("%s: releasing %d message(s) of group %q: %w", c.kind.Name, len(outs), sg.Key, err)
+		}
+		if remove {
+			if err := c.Remove(ctx, groupstore.Group{Key: sg.Key, Version: sg.Version + 1}); err != nil {
+				c.logger.Error("Removing a released group failed; the timeout runner will", err,
+					watermill.LogFields{"group": sg.Key})
+			}
+		}
+		return nil
+	}
+	if len(outs) > 0 {
+		if err := c.s.Publisher.Publish(c.s.OutputTopic, outs...); err != nil {
+			return fmt.Errorf("%s: publishing %d message(s) of group %q: %w", c.kind.Name, len(outs), sg.Key, err)
+		}
+	}
+	if err := c.checkHold(ctx, "recording the release of", sg.Key); err != nil {
+		return err
+	}
+	var err error
+	if remove {
+		err = c.s.Store.Remove(ctx, sg.Key, sg.Version)
+	} else {
+		err = c.s.Store.Update(ctx, sg.Key, u)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: recording the release of group %q: %w", c.kind.Name, sg.Key, err)
+	}
+	return nil
+}
+
+// checkHold returns an error wrapping holdErr's, saying what was not done
+// to group key, if work on ctx must stop. The Core calls it before every
+// change of a group and every publish, so that a lost hold changes and
+// publishes nothing more, at once.
+func (c *Core) checkHold(ctx context.Context, doing, key string) error {
+	if err := holdErr(ctx); err != nil {
+		return fmt.Errorf("%s: before %s group %q: %w", c.kind.Name, doing, key, err)
+	}
+	return nil
+}
+
+// Remove removes sg, a kept complete group that fell due; one already gone
+// is no error.
+func (c *Core) Remove(ctx context.Context, sg groupstore.Group) error {
+	if err := c.checkHold(ctx, "removing", sg.Key); err != nil {
+		return err
+	}
+	err := c.s.Store.Remove(ctx, sg.Key, sg.Version)
+	if err != nil && !errors.Is(err, groupstore.ErrNotFound) {
+		return fmt.Errorf("%s: removing group %q: %w", c.kind.Name, sg.Key, err)
+	}
+	return nil
+}
+
+// WithReason sets the discard reason of m under key and returns m.
+func WithReason(m *message.Message, key, reason string) *message.Message {
+	m.Metadata.Set(key, reason)
+	return m
+}
+
+// Discard sends msgs of group key, their reasons set, to the discard
+// topic, or logs them without one.
+func (c *Core) Discard(ctx context.Context, key string, msgs []*message.Message) error {
+	if c.s.DiscardPublisher == nil {
+		for _, m := range msgs {
+			c.logger.Info("Message discarded", watermill.LogFields{"message_uuid": m.UUID, "group": key,
+				"reason": m.Metadata.Get(c.kind.DiscardReasonKey), "payload": string(m.Payload)})
+		}
+		return nil
+	}
+	for _, m := range msgs {
+		m.SetContext(ctx)
+	}
+	if err := c.checkHold(ctx, "discarding from", key); err != nil {
+		return err
+	}
+	if err := c.s.DiscardPublisher.Publish(c.s.DiscardTopic, msgs...); err != nil {
+		return fmt.Errorf("%s: discarding %d message(s) of group %q: %w", c.kind.Name, len(msgs), key, err)
+	}
+	return nil
+}
+
+// Drop discards misfits, messages of sg (as Get returned it) with their
+// reasons set (see Discard) and their stored UUIDs, and takes them out of
+// sg in the store. It returns sg as it is then without reading it again:
+// the store applied exactly that change, conditional on sg's version, which
+// it incremented by one (see [groupstore.Group.Version]), and counted it as
+// a release. Only Updated is left as it was read.
+func (c *Core) Drop(ctx context.Context, sg groupstore.Group, misfits []*message.Message) (groupstore.Group, error) {
+	if err := c.Discard(ctx, sg.Key, misfits); err != nil {
+		return sg, err
+	}
+	drop := make(map[string]bool, len(misfits))
+	ids := make([]string, len(misfits))
+	for i, m := range misfits {
+		drop[m.UUID], ids[i] = true, m.UUID
+	}
+	if err := c.checkHold(ctx, "dropping misfits from", sg.Key); err != nil {
+		return sg, err
+	}
+	if err := c.s.Store.Update(ctx, sg.Key, groupstore.Update{IfVersion: sg.Version, Release: ids}); err != nil {
+		return sg, fmt.Errorf("%s: dropping %d misfit(s) from group %q: %w", c.kind.Name, len(ids), sg.Key, err)
+	}
+	kept := make([]groupstore.Message, 0, len(sg.Messages)-len(ids))
+	for _, m := range sg.Messages {
+		if !drop[m.UUID] {
+			kept = append(kept, m)
+		}
+	}
+	sg.Messages, sg.Size = kept, len(kept)
+	sg.Version++
+	sg.Releases++
+	return sg, nil
+}
+
+// OutputUUID is the UUID of output seq of the group incarnation groupID
+// (groupstore.Group.ID). It is name-based, so that every attempt to
+// publish one output, by any instance, carries the same UUID.
+func (c *Core) OutputUUID(groupID string, seq int64) string {
+	return uuid.NewSHA1(c.namespace, []byte(groupID+"/"+strconv.FormatInt(seq, 10))).String()
+}
+
+// ToMessage makes a Watermill message with UUID id of a stored one.
+func ToMessage(id string, m groupstore.Message) *message.Message {
+	wm := message.NewMessage(id, m.Payload)
+	for k, v := range m.Metadata {
+		wm.Metadata.Set(k, v)
+	}
+	return wm
+}

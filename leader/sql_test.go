@@ -1,0 +1,120 @@
+package leader_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockreg/lockreg/jdbc"
+	"github.com/lockreg/lockreg/leader"
+	"github.com/lockreg/lockreg/registry"
+)
+
+// On each SQL backend, three candidates, each an instance with its own
+// repository (client) of one region, hand the leadership around by
+// yielding: no two terms overlap and the tokens of successive terms
+// increase. On PostgreSQL the waiters are woken by the release.
+func TestOneCandidateLeadsAtATimeOnEachBackend(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		const terms = 15
+		region := newRegion(t, db)
+		var (
+			active  atomic.Int32
+			mu      sync.Mutex
+			tokens  []int64
+			leaders = map[int]bool{}
+			enough  = make(chan struct{})
+			once    sync.Once
+		)
+		for i := range 3 {
+			repo, err := newRepository(db.db, db.dialect, region)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg := newRegistry(t, repo)
+			newCandidate(t, reg, "sql-overlap", leader.WithTTL(5*time.Second), leader.WithBusyWait(50*time.Millisecond),
+				leader.WithErrorHandler(func(err error) { t.Logf("candidate %d: %v", i, err) }),
+				leader.OnGranted(func(term *leader.Term) {
+					if n := active.Add(1); n != 1 {
+						t.Errorf("candidate %d granted while %d others lead", i, n-1)
+					}
+					mu.Lock()
+					tokens = append(tokens, term.Token())
+					leaders[i] = true
+					if len(tokens) == terms {
+						once.Do(func() { close(enough) })
+					}
+					mu.Unlock()
+					term.Yield()
+				}),
+				leader.OnRevoked(func(*leader.Term) { active.Add(-1) }))
+		}
+		select {
+		case <-enough:
+		case <-time.After(patience):
+			t.Fatal("too few terms")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i := 1; i < len(tokens); i++ {
+			if tokens[i] <= tokens[i-1] {
+				t.Errorf("term %d has token %d, not greater than the previous term's %d", i, tokens[i], tokens[i-1])
+			}
+		}
+		if len(leaders) < 2 {
+			t.Errorf("only %d candidate led in %d terms: no hand-over was tested", len(leaders), len(tokens))
+		}
+		t.Logf("%d terms, led by %d candidates", len(tokens), len(leaders))
+	})
+}
+
+// waitCounter is a jdbc repository, with all its interfaces, that counts
+// the attempts that found the lease held elsewhere.
+type waitCounter struct {
+	*jdbc.LockRepository
+	refused atomic.Int64
+}
+
+func (w *waitCounter) count(lease registry.Lease, ok bool, err error) (registry.Lease, bool, error) {
+	if err == nil && !ok {
+		w.refused.Add(1)
+	}
+	return lease, ok, err
+}
+
+func (w *waitCounter) Acquire(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
+	return w.count(w.LockRepository.Acquire(ctx, key, ttl))
+}
+
+func (w *waitCounter) AcquireOrWait(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
+	return w.count(w.LockRepository.AcquireOrWait(ctx, key, ttl))
+}
+
+// On PostgreSQL with a listener, a waiting candidate waits in the
+// registry, which the release of a yielding leader wakes: it leads
+// although its registry would poll only once an hour.
+func TestOnPostgreSQLTheReleaseOfAYieldingLeaderWakesTheNextCandidate(t *testing.T) {
+	db := openDB(t, backends[0])
+	region := newRegion(t, db)
+	candidate := func(opts ...leader.Option) (*leader.Candidate, *waitCounter) {
+		repo, err := newRepository(db.db, db.dialect, region)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &waitCounter{LockRepository: repo.(*jdbc.LockRepository)}
+		reg := newRegistry(t, w, registry.WithIdleBetweenTries(time.Hour))
+		return newCandidate(t, reg, "woken", append([]leader.Option{leader.WithTTL(time.Hour)}, opts...)...), w
+	}
+	a, _ := candidate(leader.WithBusyWait(time.Hour))
+	waitLead(t, a)
+	b, w := candidate()
+	// Refused twice: before and after the registry subscribed to
+	// releases; from then on it sleeps until woken, or for an hour.
+	eventually(t, "the waiter refused twice", func() bool { return w.refused.Load() >= 2 })
+	if err := a.Yield(); err != nil {
+		t.Fatal(err)
+	}
+	waitLead(t, b) // within patience, an hour short of both the TTL and the idle interval
+}
