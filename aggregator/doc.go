@@ -15,7 +15,7 @@
 //		Publisher:   publisher,
 //		OutputTopic: "orders.aggregated",
 //		Release:     aggregator.ReleaseOnCount(3), // every 3 messages of a correlation id
-//		Store:       store, // jdbc.NewGroupStore(db) to share groups between instances
+//		Store:       store, // sqlstore.New(db, sqlstore.Config{}) to share groups between instances
 //		Locks:       locks, // registry.New(jdbcRepo) to share locks
 //	})
 //	agg.AddHandler(router, "aggregate-orders", "order.lines", subscriber)
@@ -64,7 +64,7 @@
 // completes the group. By default a completed group is kept, without its
 // messages, so that late messages are recognised and discarded, until
 // MinimumTimeoutForEmptyGroups or the store's own clean-up removes it
-// (jdbc.GroupStore: 7 days after its completion, see jdbc.WithGroupCleanup).
+// (sqlstore.Store: 7 days after its completion, see sqlstore.Config.CleanupRetention).
 //
 // The hold of the group lock is watched ([registry.Lock.Done]), by Handle
 // and by the timeout runner alike: if it ends, or may have ended, before
@@ -139,11 +139,11 @@
 //
 // When Config.Store is a [groupstore.Outbox], the aggregator publishes each
 // output through it, in the transaction that completes the group, and
-// needs no Config.Publisher. [github.com/lockreg/lockreg/jdbc.NewOutbox]
+// needs no Config.Publisher. [github.com/lockreg/lockreg/groupstore/sqlstore.NewOutbox]
 // makes one that publishes to watermill-sql topics in the store's database:
 //
-//	store, _ := jdbc.NewGroupStore(db)
-//	outbox, _ := jdbc.NewOutbox(store, func(tx *sql.Tx) (message.Publisher, error) {
+//	store, _ := sqlstore.New(db, sqlstore.Config{})
+//	outbox, _ := sqlstore.NewOutbox(store, func(tx *sql.Tx) (message.Publisher, error) {
 //		return wsql.NewPublisher(wsql.TxFromStdSQL(tx),
 //			wsql.PublisherConfig{SchemaAdapter: wsql.DefaultPostgreSQLSchema{}}, logger)
 //	})

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/jdbc/pgxlisten"
 	"github.com/lockreg/lockreg/jdbc/pqlisten"

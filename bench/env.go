@@ -17,8 +17,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/lib/pq"
-	"github.com/lockreg/lockreg/jdbc"
 	_ "modernc.org/sqlite"
+
+	"github.com/lockreg/lockreg/groupstore/sqlstore"
+	"github.com/lockreg/lockreg/jdbc"
 )
 
 // env holds the databases of one run.
@@ -133,11 +135,14 @@ func (e *env) setupPostgres(ctx context.Context, cfg config) {
 		return
 	}
 	defer db.Close()
-	for _, p := range []string{lockregPrefix, springPrefix} {
-		if err := jdbc.CreateSchema(ctx, db, jdbc.WithPrefix(p)); err != nil {
-			e.pgErr = fmt.Errorf("creating %sLOCK: %w", p, err)
-			return
-		}
+	// lockreg's prefix also gets the group tables, for the group scenarios.
+	if err := sqlstore.CreateSchema(ctx, db, sqlstore.Config{Prefix: lockregPrefix}); err != nil {
+		e.pgErr = fmt.Errorf("creating %sLOCK and %sGROUP: %w", lockregPrefix, lockregPrefix, err)
+		return
+	}
+	if err := jdbc.CreateSchema(ctx, db, jdbc.WithPrefix(springPrefix)); err != nil {
+		e.pgErr = fmt.Errorf("creating %sLOCK: %w", springPrefix, err)
+		return
 	}
 	_, err = db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+shedlockTable+` (name VARCHAR(64) NOT NULL PRIMARY KEY, `+
 		`lock_until TIMESTAMP NOT NULL, locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(255) NOT NULL)`)

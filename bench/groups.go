@@ -24,6 +24,7 @@ import (
 
 	"github.com/lockreg/lockreg/aggregator"
 	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/groupstore/sqlstore"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/jdbc/pgxlisten"
 	"github.com/lockreg/lockreg/registry"
@@ -257,7 +258,7 @@ func openGroupInst(e *env, scenario string, v groupVariant, cfg config, pub, dis
 			db.Close()
 			return nil, err
 		}
-		gs, err := jdbc.NewGroupStore(db, jdbc.WithPrefix(lockregPrefix), jdbc.WithRegion(groupRegion))
+		gs, err := sqlstore.New(db, sqlstore.Config{Prefix: lockregPrefix, Region: groupRegion})
 		if err != nil {
 			in.close()
 			return nil, err

@@ -1,5 +1,5 @@
 // Package groupstore keeps message groups for correlating handlers: the
-// aggregator (package [github.com/lockreg/lockreg/aggregator]) and the
+// aggregator (lockreg's package aggregator) and the
 // resequencer. It is Spring Integration's MessageGroupStore, reduced to the
 // operations those handlers need and shaped so that a SQL store can do each
 // handler step in one short transaction.
@@ -19,8 +19,8 @@
 // [Update.ReleaseAll]) drops its metadata and payload but remembers its UUID
 // until the group is removed, so a redelivered message is told apart from a
 // late one. A store may remove finished groups after a retention
-// (jdbc.GroupStore does, 7 days after a complete group's last change, see
-// jdbc.WithGroupCleanup); a message of a removed group starts a new group.
+// (sqlstore.Store does, 7 days after a complete group's last change, see
+// sqlstore.Config.CleanupRetention); a message of a removed group starts a new group.
 //
 // # Concurrency
 //
@@ -43,9 +43,10 @@
 // A store that implements [Outbox] publishes messages in the transaction of
 // a group change ([Outbox.UpdatePublish]); the handlers publish through it
 // when they have one, which makes their output exactly once into a topic in
-// the same database (jdbc.NewOutbox with watermill-sql).
+// the same database (sqlstore.NewOutbox with watermill-sql).
 //
-// Implementations: [NewMemory] in this package, and jdbc.NewGroupStore in
-// package [github.com/lockreg/lockreg/jdbc] for PostgreSQL, MySQL/MariaDB and
-// SQLite. Package groupstoretest holds the conformance suite both pass.
+// Implementations: [NewMemory] in this package, and sqlstore.New in package
+// [github.com/lockreg/lockreg/groupstore/sqlstore] for PostgreSQL,
+// MySQL/MariaDB and SQLite. Package groupstoretest holds the conformance
+// suite both pass.
 package groupstore

@@ -153,7 +153,7 @@ type Store interface {
 // a group, so that a release and its output are committed together or not
 // at all (the transactional outbox pattern). A handler whose store is an
 // Outbox publishes its output through it, and a consumer of the output topic
-// sees each output once, without deduplicating. jdbc.NewOutbox makes one
+// sees each output once, without deduplicating. sqlstore.NewOutbox makes one
 // that publishes to watermill-sql topics in the store's own database.
 type Outbox interface {
 	Store

@@ -13,7 +13,7 @@ import (
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, db := range testDatabases(b) {
 		b.Run(db.Name, func(b *testing.B) {
-			db.require(b)
+			db.Require(b)
 			repo := newRepo(b, db)
 			ctx := context.Background()
 			for b.Loop() {
@@ -34,7 +34,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 func BenchmarkAcquireContended(b *testing.B) {
 	for _, db := range testDatabases(b) {
 		b.Run(db.Name, func(b *testing.B) {
-			db.require(b)
+			db.Require(b)
 			region := randomRegion()
 			holder := newRepo(b, db, jdbc.WithRegion(region))
 			waiter := newRepo(b, db, jdbc.WithRegion(region))

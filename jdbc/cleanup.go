@@ -2,46 +2,26 @@ package jdbc
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/lockreg/lockreg/internal/cleanup"
 	"github.com/lockreg/lockreg/internal/dialect"
-	"github.com/lockreg/lockreg/registry"
 )
 
 // Defaults of the clean-up. A lock row needs no retention for itself; it is
 // kept an hour after it expired so that a database clock stepping back by
-// up to an hour cannot issue a token below one already issued. A completed
-// group is kept a week, Kafka's default log retention: as long as a broker
-// typically keeps a message it could redeliver.
+// up to an hour cannot issue a token below one already issued.
 const (
-	defaultLockRetention        = time.Hour
-	defaultLockCleanupInterval  = 5 * time.Minute
-	defaultGroupRetention       = 7 * 24 * time.Hour
-	defaultGroupCleanupInterval = time.Hour
-
-	// cleanupBatch bounds the rows one clean-up statement deletes, so that a
-	// first clean-up of millions of rows holds its row locks (or SQLite's
-	// write lock) only briefly at a time.
-	cleanupBatch = 1000
-	// maxCleanupPause bounds the pause between batches.
-	maxCleanupPause = time.Second
+	defaultRetention       = time.Hour
+	defaultCleanupInterval = 5 * time.Minute
 )
 
-// cleanupSpec is a clean-up option as given.
+// cleanupSpec is the clean-up option as given.
 type cleanupSpec struct {
 	retention, interval time.Duration
 	set, off            bool
 }
-
-// Indexes of options.cleanup.
-const (
-	cleanLocks = iota
-	cleanGroups
-)
 
 // WithCleanup sets the background clean-up of a LockRepository: every
 // interval, one repository of the table and region deletes the rows whose
@@ -73,256 +53,51 @@ const (
 // interval does not clean; DeleteExpired cleans on demand. Close, and the
 // Close of a registry made on the repository, stop it. Failures go to the
 // WithErrorHandler function, and the pass is tried again an interval later.
-//
-// NewGroupStore ignores it; see WithGroupCleanup.
 func WithCleanup(retention, interval time.Duration) Option {
-	return func(o *options) {
-		o.cleanup[cleanLocks] = cleanupSpec{retention: retention, interval: interval, set: true}
-	}
+	return func(o *options) { o.cleanup = cleanupSpec{retention: retention, interval: interval, set: true} }
 }
 
-// WithGroupCleanup sets the background clean-up of a GroupStore (and of an
-// Outbox on it): every interval, one store of the tables and region deletes
-// the groups that are finished, with the rows that remember their messages'
-// UUIDs. A group is finished when it is complete, holds no unreleased
-// message, has no due time (no pending timeout, no scheduled removal) and
-// has not changed for retention, by the database's clock; open groups and
-// groups with a due time are never deleted, however old. The default is
-// retention 7 days, interval 1 h. Both must be positive.
-//
-// Retention is the window in which a redelivered message of a completed
-// group is still recognised (groupstore.Duplicate) and a late one rejected
-// (groupstore.Rejected): after it, the message starts a new group with the
-// same key, so an aggregator would release it again. Set it longer than the
-// longest time after which your broker may redeliver a message (its
-// retention, ack deadlines, the longest outage you plan for); the cost is
-// the kept groups, a row per group and one per message, without payloads.
-//
-// A pass is coordinated as WithCleanup's is, through the lease on the LOCK_KEY
-// UUIDKey("lockreg cleanup " + prefix + "GROUP") in the lock table (which
-// CreateSchema creates with the group tables), in the store's region. It
-// deletes at most 1000 rows per statement: the message rows of finished
-// groups first, then the finished groups without message rows. Each
-// statement finds finished groups by scanning the region's groups without
-// a due time. The first pass runs one interval after the store's first Add;
-// Close stops it. Failures go to the WithErrorHandler function. A group
-// whose message rows a pass has begun to delete may reject a redelivery as
-// late before the group itself is deleted.
-//
-// NewLockRepository ignores it; see WithCleanup.
-func WithGroupCleanup(retention, interval time.Duration) Option {
-	return func(o *options) {
-		o.cleanup[cleanGroups] = cleanupSpec{retention: retention, interval: interval, set: true}
-	}
-}
+// WithoutCleanup turns off the background clean-up of a LockRepository: it
+// starts no goroutine, and the table keeps every row until deleted
+// otherwise (DeleteExpired, or SQL). A later WithCleanup turns it on again.
+func WithoutCleanup() Option { return func(o *options) { o.cleanup.off = true } }
 
-// WithoutCleanup turns off the background clean-up of a LockRepository and
-// of a GroupStore: they start no goroutine, and their tables keep every row
-// until deleted otherwise (LockRepository.DeleteExpired,
-// GroupStore.DeleteCompleted, or SQL). A later WithCleanup or
-// WithGroupCleanup turns that clean-up on again.
-func WithoutCleanup() Option {
-	return func(o *options) { o.cleanup[cleanLocks].off, o.cleanup[cleanGroups].off = true, true }
-}
-
-// settleCleanup checks the clean-up options and applies their defaults.
+// settleCleanup checks the clean-up option and applies its defaults.
 func (c *config) settleCleanup() error {
-	names := [2]string{"WithCleanup", "WithGroupCleanup"}
-	defaults := [2]cleanupSpec{
-		{retention: defaultLockRetention, interval: defaultLockCleanupInterval},
-		{retention: defaultGroupRetention, interval: defaultGroupCleanupInterval},
+	s := &c.cleanup
+	if !s.set {
+		s.retention, s.interval = defaultRetention, defaultCleanupInterval
+		return nil
 	}
-	for i := range c.cleanup {
-		s := &c.cleanup[i]
-		if !s.set {
-			s.retention, s.interval = defaults[i].retention, defaults[i].interval
-			continue
-		}
-		if s.retention <= 0 || s.interval <= 0 {
-			return fmt.Errorf("%w: %s(%v, %v): the retention and the interval must be positive",
-				ErrInvalidOption, names[i], s.retention, s.interval)
-		}
+	if s.retention <= 0 || s.interval <= 0 {
+		return fmt.Errorf("%w: WithCleanup(%v, %v): the retention and the interval must be positive",
+			ErrInvalidOption, s.retention, s.interval)
 	}
 	return nil
 }
 
-// errLeaseLost ends a pass whose lease another client took over.
-var errLeaseLost = errors.New("clean-up lease lost")
-
-// cleaner runs clean-up passes in the background, from start until stop:
-// one every interval, each under a lease on leaseKey that keeps the other
-// instances of the table and region from cleaning for the interval.
-type cleaner struct {
-	interval time.Duration
-	lease    *LockRepository // the default statements, executed unprepared
-	leaseKey string          // a LOCK_KEY
-	// sweep deletes dead rows in batches, calling between after each full
-	// batch with the time it took; wrap describes its errors.
-	sweep   func(ctx context.Context, between func(context.Context, time.Duration) error) error
-	wrap    func(ctx context.Context, err error) error
-	onError func(error)
-
-	started atomic.Bool
-	mu      sync.Mutex
-	stopped bool
-	cancel  context.CancelFunc
-	done    chan struct{} // closed when the goroutine ends
-}
-
-// newCleaner returns the cleaner that spec (the clean-up options at index
-// which) asks for, or nil if it is off. It does no I/O.
-func newCleaner(db DB, cfg *config, which int, leaseName string,
-	sweep func(context.Context, func(context.Context, time.Duration) error) error,
-	wrap func(context.Context, error) error) *cleaner {
-	spec := cfg.cleanup[which]
+// newCleanup returns the clean-up of r's table and region, or nil if it is
+// off. Its lease is a repository of the same table, region and client id
+// with the default acquire and renew statements (not the custom queries,
+// not the queue), never prepared: a lease once an interval is not worth a
+// prepared statement on each connection. It does no I/O.
+func newCleanup(r *LockRepository) *cleanup.Runner {
+	spec := r.cfg.cleanup
 	if spec.off {
 		return nil
 	}
-	return &cleaner{interval: spec.interval, lease: leaseRepository(db, cfg), leaseKey: UUIDKey(leaseName), sweep: sweep,
-		wrap: wrap, onError: cfg.onError}
-}
-
-// leaseRepository returns a repository of db's lock table with the default
-// acquire and renew statements, for the clean-up's lease: not the custom
-// queries, not the queue. Its statements are never prepared: a lease once
-// an interval is not worth a prepared statement on each connection.
-func leaseRepository(db DB, cfg *config) *LockRepository {
-	c := *cfg
+	c := *r.cfg
 	c.querySet = [3]bool{}
-	statements, _ := compileLock(&c) // without custom queries it cannot fail
-	return newRepository(db, &c, statements, true)
-}
-
-// newLockCleaner returns the clean-up of r's table and region, or nil.
-func newLockCleaner(r *LockRepository) *cleaner {
-	retention := r.cfg.cleanup[cleanLocks].retention
-	return newCleaner(r.db, r.cfg, cleanLocks, "lockreg cleanup "+r.cfg.table,
-		func(ctx context.Context, between func(context.Context, time.Duration) error) error {
-			_, err := r.deleteDead(ctx, retention, between)
-			return err
-		},
-		func(ctx context.Context, err error) error { return r.wrap(ctx, "jdbc: clean-up of "+r.cfg.table, err) })
-}
-
-// start starts the goroutine unless it runs or stop was called. It is cheap
-// once started. A nil cleaner does nothing.
-func (c *cleaner) start() {
-	if c == nil || c.started.Load() {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stopped || c.started.Load() {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel, c.done = cancel, make(chan struct{})
-	c.started.Store(true)
-	go c.loop(ctx)
-}
-
-// stop ends the goroutine, cancelling a pass in flight, and waits for it
-// until ctx is done; start does nothing afterwards.
-func (c *cleaner) stop(ctx context.Context) error {
-	if c == nil {
-		return nil
-	}
-	c.mu.Lock()
-	c.stopped = true
-	cancel, done := c.cancel, c.done
-	c.mu.Unlock()
-	if cancel == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (c *cleaner) loop(ctx context.Context) {
-	defer close(c.done)
-	t := time.NewTimer(c.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := c.pass(ctx); err != nil && ctx.Err() == nil {
-			c.onError(err)
-		}
-		t.Reset(c.interval)
-	}
-}
-
-// pass takes the lease and, if it won it, sweeps.
-func (c *cleaner) pass(ctx context.Context) error {
-	_, won, err := c.lease.doAcquire(ctx, c.lease.acquire, c.leaseKey, c.leaseTTL())
-	if err != nil {
-		return c.lease.wrap(ctx, "jdbc: taking the clean-up lease", err) // names the lock table
-	}
-	if !won {
-		return nil
-	}
-	if err := c.sweep(ctx, c.between); err != nil && !errors.Is(err, errLeaseLost) {
-		return c.wrap(ctx, err)
-	}
-	return nil
-}
-
-// leaseTTL is the length of the lease: the interval, so that the other
-// instances skip until this one's next pass, and room for a batch and a
-// pause, so that a pass keeps it from one renewal to the next while its
-// batches take less than the pause's bound. A pass that outlives its lease
-// ends at its next renewal, and the instance that takes the lease over
-// goes on.
-func (c *cleaner) leaseTTL() time.Duration { return c.interval + 2*maxCleanupPause }
-
-// between pauses as long as the last batch took, at most maxCleanupPause,
-// so that the clean-up leaves the tables to others at least half of the
-// time, and then renews the lease for another interval.
-func (c *cleaner) between(ctx context.Context, took time.Duration) error {
-	t := time.NewTimer(min(took, maxCleanupPause))
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		t.Stop()
-		return ctx.Err()
-	}
-	l := c.lease
-	res, err := l.renew.exec(ctx, l.db, l.params(c.leaseKey, c.leaseTTL()).args(l.renew.q))
-	if err == nil {
-		err = lost(res)
-	}
-	if err != nil && errors.Is(err, registry.ErrLockLost) {
-		return errLeaseLost
-	}
-	return err
-}
-
-// drain runs step until a batch is not full, calling between (if not nil)
-// after each full one, and returns the rows deleted.
-func drain(ctx context.Context, step func(context.Context) (deleted int64, full bool, err error),
-	between func(context.Context, time.Duration) error) (int64, error) {
-	var total int64
-	for {
-		begin := time.Now()
-		n, full, err := step(ctx)
-		total += n
-		if err != nil || !full {
-			return total, err
-		}
-		if between != nil {
-			if err := between(ctx, time.Since(begin)); err != nil {
-				return total, err
+	c.keyMapping = func(k string) string { return k } // the lease key is a LOCK_KEY
+	statements, _ := compileLock(&c)                  // without custom queries it cannot fail
+	lease := newRepository(r.db, &c, statements, true)
+	return cleanup.New(spec.interval, lease, UUIDKey("lockreg cleanup "+c.table), "jdbc",
+		func(ctx context.Context, between cleanup.Between) error {
+			if _, err := r.deleteDead(ctx, spec.retention, between); err != nil {
+				return r.wrap(ctx, "jdbc: clean-up of "+c.table, err)
 			}
-		}
-	}
+			return nil
+		}, c.onError)
 }
 
 // DeleteExpired deletes the expired rows of this repository's region,
@@ -348,17 +123,16 @@ func (r *LockRepository) DeleteExpired(ctx context.Context) (int64, error) {
 // deleteDead deletes, in batches, the region's rows that have been dead
 // (deadLock) for retention and the lapsed places in the queue, calling
 // between after each full batch, and returns the lock rows it deleted.
-func (r *LockRepository) deleteDead(ctx context.Context, retention time.Duration,
-	between func(context.Context, time.Duration) error) (int64, error) {
+func (r *LockRepository) deleteDead(ctx context.Context, retention time.Duration, between cleanup.Between) (int64, error) {
 	p := r.params("", 0)
-	p.retention, p.batch = micros(retention), cleanupBatch
-	n, err := drain(ctx, func(ctx context.Context) (int64, bool, error) { return r.sweepBatch(ctx, p) }, between)
+	p.retention, p.batch = dialect.Micros(retention), cleanup.Batch
+	n, err := cleanup.Drain(ctx, func(ctx context.Context) (int64, bool, error) { return r.sweepBatch(ctx, p) }, between)
 	if err != nil || r.queue == nil {
 		return n, err
 	}
-	_, err = drain(ctx, func(ctx context.Context) (int64, bool, error) {
+	_, err = cleanup.Drain(ctx, func(ctx context.Context) (int64, bool, error) {
 		m, err := dialect.Count(r.db.ExecContext(ctx, r.queue.sweep.SQL, p.args(r.queue.sweep)...))
-		return m, m == cleanupBatch, err
+		return m, m == cleanup.Batch, err
 	}, between)
 	return n, err
 }
@@ -368,14 +142,14 @@ func (r *LockRepository) sweepBatch(ctx context.Context, p params) (int64, bool,
 	sweep, keysQ := r.sql.sweep, r.sql.sweepKeys
 	if r.cfg.d.Lock.SweepKeys == "" {
 		n, err := dialect.Count(r.db.ExecContext(ctx, sweep.SQL, p.args(sweep)...))
-		return n, n == cleanupBatch, err
+		return n, n == cleanup.Batch, err
 	}
 	keys, err := dialect.Strings(r.db.QueryContext(ctx, sweep.SQL, p.args(sweep)...))
 	if err != nil || len(keys) == 0 {
 		return 0, false, err
 	}
 	n, err := dialect.Count(r.db.ExecContext(ctx, keysQ.WithList(len(keys)), keysQ.Args(p.value, anys(keys)...)...))
-	return n, len(keys) == cleanupBatch, err
+	return n, len(keys) == cleanup.Batch, err
 }
 
 // anys converts strings to arguments.

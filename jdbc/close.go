@@ -33,7 +33,7 @@ func (r *LockRepository) Close(ctx context.Context) error {
 
 	if first {
 		// The pass in flight is cancelled; its goroutine ends at once.
-		r.cleaner.stop(ctx)
+		r.cleaner.Stop(ctx)
 		if r.listeners != nil {
 			r.listeners.stop()
 		}

@@ -25,7 +25,7 @@ func TestCloseReleasesUnheldRowsButNotHeldOnes(t *testing.T) {
 		// A row of this client it does not hold: left behind by a failed
 		// release, or by an earlier process with the same client id.
 		now := time.Now()
-		db.insertSpringRow(t, table, region, jdbc.UUIDKey("left-behind"), repo.ClientID(), now, now.Add(time.Hour))
+		db.InsertSpringRow(t, table, region, jdbc.UUIDKey("left-behind"), repo.ClientID(), now, now.Add(time.Hour))
 
 		if err := repo.Close(t.Context()); err != nil {
 			t.Fatal(err)
@@ -45,8 +45,8 @@ func TestCloseWithNothingHeldReleasesAllItsRows(t *testing.T) {
 		}
 		mustAcquire(t, other, "theirs", longTTL)
 		now := time.Now()
-		db.insertSpringRow(t, table, region, jdbc.UUIDKey("left-1"), repo.ClientID(), now, now.Add(time.Hour))
-		db.insertSpringRow(t, table, region, jdbc.UUIDKey("left-2"), repo.ClientID(), now, now.Add(-time.Hour))
+		db.InsertSpringRow(t, table, region, jdbc.UUIDKey("left-1"), repo.ClientID(), now, now.Add(time.Hour))
+		db.InsertSpringRow(t, table, region, jdbc.UUIDKey("left-2"), repo.ClientID(), now, now.Add(-time.Hour))
 
 		if err := repo.Close(t.Context()); err != nil {
 			t.Fatal(err)
@@ -67,8 +67,8 @@ func TestCloseSparesALockBeingAcquired(t *testing.T) {
 		now := time.Now()
 		// This client's rows, not held: one that an Acquire is about to take
 		// (the row it waits for) and one left behind.
-		db.insertSpringRow(t, table, region, jdbc.UUIDKey("in-flight"), repo.ClientID(), now, now.Add(-time.Minute))
-		db.insertSpringRow(t, table, region, jdbc.UUIDKey("left-behind"), repo.ClientID(), now, now.Add(time.Hour))
+		db.InsertSpringRow(t, table, region, jdbc.UUIDKey("in-flight"), repo.ClientID(), now, now.Add(-time.Minute))
+		db.InsertSpringRow(t, table, region, jdbc.UUIDKey("left-behind"), repo.ClientID(), now, now.Add(time.Hour))
 
 		blocker, unblock := db.blockRow(t, table, region, jdbc.UUIDKey("in-flight"))
 		type result struct {
@@ -262,7 +262,7 @@ func TestDeadlineWhileWaitingWrapsTheContextError(t *testing.T) {
 		var repo *jdbc.LockRepository
 		if db.Dialect == jdbc.SQLite {
 			// A busy handler that outwaits the deadline.
-			repo = newRepoOn(t, openPool(t, db.driver, db.dsn), jdbc.WithRegion(region))
+			repo = newRepoOn(t, openPool(t, db.Driver, db.DSN), jdbc.WithRegion(region))
 		} else {
 			repo = newRepo(t, db, jdbc.WithRegion(region))
 		}
@@ -323,7 +323,7 @@ func TestUnreachableServerIsTransient(t *testing.T) {
 			t.Skip("SQLite has no server")
 		}
 		p := startCutProxy(t, db)
-		repo, err := jdbc.NewLockRepository(t.Context(), openPool(t, db.driver, p.dsn))
+		repo, err := jdbc.NewLockRepository(t.Context(), openPool(t, db.Driver, p.dsn))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -358,14 +358,14 @@ func startCutProxy(t *testing.T, db testDB) *cutProxy {
 	p := &cutProxy{ln: ln}
 	var target string
 	if db.Dialect == jdbc.MySQL {
-		cfg, err := mysql.ParseDSN(db.dsn)
+		cfg, err := mysql.ParseDSN(db.DSN)
 		if err != nil {
 			t.Fatal(err)
 		}
 		target, cfg.Addr = cfg.Addr, ln.Addr().String()
 		p.dsn = cfg.FormatDSN()
 	} else {
-		u, err := url.Parse(db.dsn)
+		u, err := url.Parse(db.DSN)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,7 +35,7 @@ func TestConformance(t *testing.T) {
 func BenchmarkLockUnlock(b *testing.B) {
 	for _, db := range testDatabases(b) {
 		b.Run(db.Name, func(b *testing.B) {
-			db.require(b)
+			db.Require(b)
 			r, err := registry.New(newRepo(b, db))
 			if err != nil {
 				b.Fatal(err)

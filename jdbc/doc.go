@@ -143,38 +143,25 @@
 //
 // # Clean-up
 //
-// Expired rows stay in the lock table (one per key ever locked), lapsed
-// places stay in PostgreSQL's queue, and completed groups stay in the group
-// tables, with a row per message UUID, so that redeliveries are recognised.
-// A LockRepository and a GroupStore delete them in the background, on by
-// default:
-//
-//   - lock rows expired for more than 1 h (WithCleanup), only once their
-//     token is also more than that behind the database's clock, so that
-//     tokens keep increasing unless the clock steps back by more than the
-//     retention; lapsed places in the queue without a retention;
-//   - groups that are complete, hold no unreleased message, have no due
-//     time and have not changed for 7 days (WithGroupCleanup), with their
-//     message rows. Within the retention a redelivered message is still
-//     recognised; after it, it starts a new group.
-//
-// Live leases, open groups and groups with a pending timeout are never
-// deleted. One repository (or store) of a table and region does the work
-// per interval (5 min for locks, 1 h for groups): it takes a lease in the
-// lock table, and the others skip. Each statement deletes at most 1000
-// rows, with a pause between batches. The goroutine starts with the first
-// acquisition (or Add) and stops with Close (a registry's Close closes its
-// repository). WithoutCleanup turns it off; DeleteExpired and
-// DeleteCompleted clean on demand.
+// Expired rows stay in the lock table (one per key ever locked), and lapsed
+// places stay in PostgreSQL's queue. A LockRepository deletes them in the
+// background, on by default: lock rows expired for more than 1 h
+// (WithCleanup), only once their token is also more than that behind the
+// database's clock, so that tokens keep increasing unless the clock steps
+// back by more than the retention; lapsed places in the queue without a
+// retention. Live leases are never deleted. One repository of a table and
+// region does the work per interval (5 min): it takes a lease in the lock
+// table, and the others skip. Each statement deletes at most 1000 rows,
+// with a pause between batches. The goroutine starts with the first
+// acquisition and stops with Close (a registry's Close closes its
+// repository). WithoutCleanup turns it off; DeleteExpired cleans on demand.
 //
 // # Message groups
 //
-// [GroupStore] keeps the message groups of the aggregator and resequencer
-// in INT_GROUP and INT_GROUP_MESSAGE, beside the lock table, with the same
-// prefix and region options. [Outbox] adds publishing in the store's
-// transactions, so that a release and its output commit together: with a
-// watermill-sql publisher on the same database, exactly once into the
-// output topic.
+// The message groups of the aggregator and resequencer are kept beside the
+// lock table by package [github.com/lockreg/lockreg/groupstore/sqlstore],
+// which builds on this one; this package links neither Watermill nor any
+// driver.
 //
 // # MySQL
 //

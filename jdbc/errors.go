@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/lockreg/lockreg/internal/dialect"
 	"github.com/lockreg/lockreg/registry"
@@ -53,7 +52,7 @@ func (r *LockRepository) wrap(ctx context.Context, what string, err error) error
 }
 
 // opKey describes operation op on a caller's key for error messages.
-func opKey(op, key string) string { return "jdbc: " + op + " " + quote(key) }
+func opKey(op, key string) string { return "jdbc: " + op + " " + dialect.Quote(key) }
 
 func (r *LockRepository) noTable(err error) error {
 	table := "table " + r.cfg.table
@@ -62,16 +61,4 @@ func (r *LockRepository) noTable(err error) error {
 	}
 	return fmt.Errorf("%w: %s does not exist; create it with jdbc.CreateSchema or the scripts in lockreg's sql/%s folder: %w",
 		ErrNoTable, table, r.cfg.d.Name, err)
-}
-
-// maxQuotedKey bounds how much of a key error messages repeat.
-const maxQuotedKey = 128
-
-// quote quotes a caller's key or option value for an error message,
-// shortening long ones.
-func quote(s string) string {
-	if len(s) <= maxQuotedKey {
-		return strconv.Quote(s)
-	}
-	return strconv.Quote(s[:maxQuotedKey]) + "..." + "(" + strconv.Itoa(len(s)) + " bytes)"
 }

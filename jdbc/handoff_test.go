@@ -26,7 +26,7 @@ func forEachPostgres(t *testing.T, test func(t *testing.T, db testDB, listener j
 		case "postgres-pgx":
 			test(t, db, pgxlisten.New(db.DB))
 		case "postgres-pq":
-			test(t, db, pqlisten.New(db.dsn))
+			test(t, db, pqlisten.New(db.DSN))
 		default:
 			t.Skip("requires PostgreSQL: notifications and the waiter queue are PostgreSQL features")
 		}
@@ -55,7 +55,7 @@ func waitQueued(t testing.TB, db testDB, region, key, client string) {
 	t.Helper()
 	for range 500 {
 		var n int
-		err := db.DB.QueryRowContext(context.Background(), db.q(`SELECT count(*) FROM INT_LOCK_WAIT WHERE REGION = ? AND LOCK_KEY = ? AND CLIENT_ID = ?`),
+		err := db.DB.QueryRowContext(context.Background(), db.Q(`SELECT count(*) FROM INT_LOCK_WAIT WHERE REGION = ? AND LOCK_KEY = ? AND CLIENT_ID = ?`),
 			region, jdbc.UUIDKey(key), client).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
@@ -213,7 +213,7 @@ func TestAKilledListenerCostsLatencyNotTheLockAndComesBack(t *testing.T) {
 			before = listeners(t, db)
 		}
 		for _, pid := range before {
-			db.exec(t, `SELECT pg_terminate_backend(?)`, pid)
+			db.Exec(t, `SELECT pg_terminate_backend(?)`, pid)
 		}
 		// Without notifications the waiter still gets the lock by polling.
 		if err := handOff(); err != nil {
@@ -278,7 +278,7 @@ func TestTokensIncreaseOverAThousandAcquisitionsByFourRegistries(t *testing.T) {
 		}
 		// Tokens keep increasing after every row is deleted by hand.
 		last := tokens[len(tokens)-1]
-		db.exec(t, `DELETE FROM INT_LOCK WHERE REGION = ?`, region)
+		db.Exec(t, `DELETE FROM INT_LOCK WHERE REGION = ?`, region)
 		r, _ := process(t, db, region, l)
 		lk := r.Obtain("k")
 		if err := lk.LockContext(t.Context()); err != nil {
@@ -341,7 +341,7 @@ func TestDoneClosesWhenTheRowIsExpiredByHand(t *testing.T) {
 		if err := l1.LockContext(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		db.exec(t, `UPDATE INT_LOCK SET EXPIRED_AFTER = EXPIRED_AFTER - INTERVAL '1 hour' WHERE REGION = ?`, region)
+		db.Exec(t, `UPDATE INT_LOCK SET EXPIRED_AFTER = EXPIRED_AFTER - INTERVAL '1 hour' WHERE REGION = ?`, region)
 		select {
 		case <-l1.Done():
 		case <-time.After(30 * time.Second):

@@ -31,8 +31,9 @@ func TestClientFoundRowsDoesNotGrantAHeldLock(t *testing.T) {
 		if db.Dialect != jdbc.MySQL {
 			t.Skip("clientFoundRows is a go-sql-driver/mysql setting")
 		}
-		found := testDB{Name: db.Name, Dialect: db.Dialect, driver: db.driver, dsn: withDSNParam(db.dsn, "clientFoundRows=true")}
-		found.DB = openPool(t, found.driver, found.dsn)
+		found := db
+		found.DSN = withDSNParam(db.DSN, "clientFoundRows=true")
+		found.DB = openPool(t, found.Driver, found.DSN)
 		region := randomRegion()
 		a := newRepo(t, found, jdbc.WithRegion(region))
 		b := newRepo(t, found, jdbc.WithRegion(region))
@@ -47,7 +48,7 @@ func TestCustomAcquireQueryWithClientFoundRowsIsRefused(t *testing.T) {
 		if db.Dialect != jdbc.MySQL {
 			t.Skip("clientFoundRows is a go-sql-driver/mysql setting")
 		}
-		found := openPool(t, db.driver, withDSNParam(db.dsn, "clientFoundRows=true"))
+		found := openPool(t, db.Driver, withDSNParam(db.DSN, "clientFoundRows=true"))
 		// Spring 6.1's kind of acquire: an unchanged row counts as one
 		// affected with clientFoundRows=true, which reads as acquired.
 		q := `INSERT INTO {prefix}LOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER)
@@ -137,7 +138,7 @@ func TestAListenerThatCannotConnectRetriesWithBackoffReportingEachFailureOnce(t 
 		var l jdbc.Listener
 		closeDB := func() {}
 		if db.Name == "postgres-pgx" {
-			pool := openPool(t, db.driver, db.dsn)
+			pool := openPool(t, db.Driver, db.DSN)
 			l, closeDB = pgxlisten.New(pool), func() { pool.Close() } // a database closed after start
 		} else {
 			l = pqlisten.New("postgres://postgres@127.0.0.1:1/none?sslmode=disable") // nobody listens on port 1

@@ -3,12 +3,12 @@ package jdbc
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/lockreg/lockreg/internal/backoff"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -70,16 +70,7 @@ func newListenerHub(l Listener, channel, clientID string, onError func(error)) *
 		subs: make(map[string]map[chan<- struct{}]struct{})}
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+func sleep(ctx context.Context, d time.Duration) bool { return backoff.Sleep(ctx, d, nil) }
 
 // Notify arranges for c to receive a value, sent without blocking, when
 // another client releases key and hands it to this one, and after the
@@ -127,7 +118,7 @@ func (e *listenerHub) subscribe(lockKey string, c chan<- struct{}) (stop func())
 // once, and wakes every waiter after each (re)connection.
 func (e *listenerHub) run(ctx context.Context) {
 	defer close(e.done)
-	delay := listenMinDelay
+	bo := backoff.New(listenMinDelay, listenMaxDelay)
 	for {
 		var listening atomic.Pointer[time.Time] // when the session last became ready
 		err := e.l.Listen(ctx, e.channel, func() { now := time.Now(); listening.Store(&now); e.wakeAll() }, e.wake)
@@ -135,16 +126,15 @@ func (e *listenerHub) run(ctx context.Context) {
 			return
 		}
 		if t := listening.Load(); t != nil && time.Since(*t) >= listenMaxDelay {
-			delay = listenMinDelay // a working session ended: start over
+			bo.Reset() // a working session ended: start over
 		}
-		wait := delay/2 + rand.N(delay/2+1)
+		wait := bo.Next()
 		e.onError(fmt.Errorf("jdbc: listening for released locks on %s failed (reconnecting in %v): %w",
 			e.channel, wait.Round(time.Millisecond), err))
 		e.wakeAll()
 		if !e.sleep(ctx, wait) {
 			return
 		}
-		delay = min(2*delay, listenMaxDelay)
 	}
 }
 

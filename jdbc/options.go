@@ -8,11 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
-	"regexp"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -58,7 +55,7 @@ type options struct {
 	queueTTL   time.Duration
 	onError    func(error)
 	noPrepare  bool
-	cleanup    [2]cleanupSpec // of lock rows, of groups; see cleanup.go
+	cleanup    cleanupSpec // see cleanup.go
 }
 
 const (
@@ -108,7 +105,7 @@ func WithListener(l Listener) Option { return func(o *options) { o.listener = l 
 func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL = d } }
 
 // WithErrorHandler sets the function that receives errors of the
-// background work of a repository or group store, one call for each
+// background work of a repository, one call for each
 // failure: the notification listener's, after which it reconnects with
 // backoff (see WithListener), and the clean-up's (see WithCleanup), which
 // retries at its next interval. The default logs them with log/slog.
@@ -179,15 +176,6 @@ func WithReleaseQuery(q string) Option {
 // binary_parameters=yes. Each statement then still takes one round trip.
 func WithoutPreparedStatements() Option { return func(o *options) { o.noPrepare = true } }
 
-var prefixPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-const (
-	maxPrefixLen   = 40
-	maxRegionLen   = 100
-	maxClientIDLen = 36
-	maxLockKeyLen  = 36
-)
-
 // config is the checked result of applying options to a database.
 type config struct {
 	options
@@ -199,13 +187,13 @@ type config struct {
 }
 
 func invalid(option, value, why string) error {
-	return fmt.Errorf("%w: %s(%s): %s", ErrInvalidOption, option, quote(value), why)
+	return fmt.Errorf("%w: %s(%s): %s", ErrInvalidOption, option, dialect.Quote(value), why)
 }
 
 // newConfig applies and checks opts and settles the dialect of db. It does
 // no I/O.
 func newConfig(db DB, opts []Option) (c *config, err error) {
-	if isNil(db) {
+	if dialect.IsNil(db) {
 		return nil, errors.New("jdbc: nil database")
 	}
 	c = &config{options: options{prefix: defaultPrefix, region: defaultRegion}}
@@ -214,17 +202,16 @@ func newConfig(db DB, opts []Option) (c *config, err error) {
 			opt(&c.options)
 		}
 	}
-	if !prefixPattern.MatchString(c.prefix) || len(c.prefix) > maxPrefixLen {
-		return nil, invalid("WithPrefix", c.prefix,
-			fmt.Sprintf("a prefix must match %s and be at most %d bytes long", prefixPattern, maxPrefixLen))
+	if why := dialect.CheckPrefix(c.prefix); why != "" {
+		return nil, invalid("WithPrefix", c.prefix, why)
 	}
-	if err := checkText(c.region, maxRegionLen); err != "" {
+	if err := dialect.CheckText(c.region, dialect.MaxRegionLen); err != "" {
 		return nil, invalid("WithRegion", c.region, "a region "+err)
 	}
 	if !c.clientSet {
 		c.clientID = uuid.NewString()
 	}
-	if err := checkText(c.clientID, maxClientIDLen); err != "" {
+	if err := dialect.CheckText(c.clientID, dialect.MaxClientIDLen); err != "" {
 		return nil, invalid("WithClientID", c.clientID, "a client id "+err)
 	}
 	if c.keySet && c.keyMapping == nil {
@@ -266,47 +253,6 @@ func newConfig(db DB, opts []Option) (c *config, err error) {
 	sum := sha256.Sum256([]byte(c.prefix + "\x00" + c.region))
 	c.channel = "lockreg_" + hex.EncodeToString(sum[:12])
 	return c, nil
-}
-
-// checkText checks a region or client id, returning why it is invalid or "".
-func checkText(s string, max int) string {
-	switch {
-	case s == "":
-		return "must not be empty"
-	case len(s) > max:
-		return fmt.Sprintf("must be at most %d bytes long, not %d", max, len(s))
-	case !utf8.ValidString(s):
-		return "must be valid UTF-8"
-	case strings.IndexByte(s, 0) >= 0:
-		return "must not contain NUL bytes"
-	}
-	return ""
-}
-
-// isNil reports whether db is nil, a typed nil, or a pointer to a struct
-// that embeds a nil *sql.DB (an *sqlx.DB without its *sql.DB).
-func isNil(db DB) bool {
-	if db == nil {
-		return true
-	}
-	v := reflect.ValueOf(db)
-	switch v.Kind() {
-	case reflect.Pointer:
-		if v.IsNil() {
-			return true
-		}
-		if e := v.Elem(); e.Kind() == reflect.Struct {
-			for i := range e.NumField() {
-				f := e.Field(i)
-				if e.Type().Field(i).Anonymous && f.Type() == reflect.TypeFor[*sql.DB]() && f.IsNil() {
-					return true
-				}
-			}
-		}
-	case reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return v.IsNil()
-	}
-	return false
 }
 
 // detectDialect tells the dialect from the package of db's driver.

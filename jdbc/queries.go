@@ -2,7 +2,6 @@ package jdbc
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/lockreg/lockreg/internal/dialect"
 )
@@ -45,15 +44,6 @@ func (p params) value(name string) any {
 		return p.batch
 	}
 	return nil
-}
-
-// micros converts a positive duration to whole microseconds, rounding up.
-func micros(d time.Duration) int64 {
-	m := int64(d / time.Microsecond)
-	if d%time.Microsecond != 0 {
-		m++
-	}
-	return m
 }
 
 // lockStatements are the compiled statements of one lock table.

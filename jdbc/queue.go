@@ -45,12 +45,7 @@ func (r *LockRepository) HandedLease(ctx context.Context, key string) (registry.
 		return registry.Lease{}, false, nil
 	}
 	what := opKey("claim", key)
-	lk, err := r.lockKey(key)
-	if err != nil {
-		return registry.Lease{}, false, fmt.Errorf("%s: %w", what, err)
-	}
-	hk := heldKey(lk)
-	h, err := r.markAcquiring(what, hk)
+	lk, hk, h, err := r.startAcquire(what, key)
 	if err != nil {
 		return registry.Lease{}, false, err
 	}

@@ -9,8 +9,9 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
+	"github.com/lockreg/lockreg/internal/cleanup"
+	"github.com/lockreg/lockreg/internal/dialect"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -46,9 +47,9 @@ type LockRepository struct {
 	// default, which also announces the release).
 	acquireReturns, releaseReturns bool
 
-	queue     *waitQueue   // PostgreSQL's waiter queue; nil elsewhere
-	listeners *listenerHub // listens for announced releases; nil without WithListener
-	cleaner   *cleaner     // the background clean-up; nil WithoutCleanup
+	queue     *waitQueue      // PostgreSQL's waiter queue; nil elsewhere
+	listeners *listenerHub    // listens for announced releases; nil without WithListener
+	cleaner   *cleanup.Runner // the background clean-up; nil WithoutCleanup
 
 	mu      sync.Mutex
 	held    map[string]*holding // by normalized LOCK_KEY
@@ -109,7 +110,7 @@ func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockReposit
 	if err := r.checkTable(ctx, "jdbc: new lock repository", true); err != nil {
 		return nil, err
 	}
-	r.cleaner = newLockCleaner(r)
+	r.cleaner = newCleanup(r)
 	return r, nil
 }
 
@@ -142,9 +143,9 @@ func (r *LockRepository) ClientID() string { return r.cfg.clientID }
 // lockKey maps a caller's key to LOCK_KEY and checks the result.
 func (r *LockRepository) lockKey(key string) (string, error) {
 	k := r.cfg.keyMapping(key)
-	if len(k) == 0 || len(k) > maxLockKeyLen || !utf8.ValidString(k) || strings.IndexByte(k, 0) >= 0 {
+	if dialect.CheckText(k, dialect.MaxLockKeyLen) != "" {
 		return "", fmt.Errorf("%w: WithKeyMapping: the mapping returned %s, not 1 to %d bytes of UTF-8 without NUL",
-			ErrInvalidOption, quote(k), maxLockKeyLen)
+			ErrInvalidOption, dialect.Quote(k), dialect.MaxLockKeyLen)
 	}
 	return k, nil
 }
@@ -154,8 +155,8 @@ func (r *LockRepository) lockKey(key string) (string, error) {
 func heldKey(lockKey string) string { return strings.TrimRight(lockKey, " ") }
 
 func (r *LockRepository) params(lockKey string, ttl time.Duration) params {
-	return params{lockKey: lockKey, region: r.cfg.region, clientID: r.cfg.clientID, ttl: micros(ttl),
-		wait: micros(r.cfg.queueTTL), channel: r.cfg.channel}
+	return params{lockKey: lockKey, region: r.cfg.region, clientID: r.cfg.clientID, ttl: dialect.Micros(ttl),
+		wait: dialect.Micros(r.cfg.queueTTL), channel: r.cfg.channel}
 }
 
 // Acquire takes the lease on key for ttl if nobody holds it, if it has
@@ -176,6 +177,19 @@ func (r *LockRepository) params(lockKey string, ttl time.Duration) params {
 // (SQLite stores milliseconds).
 func (r *LockRepository) Acquire(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
 	return r.acquireWith(ctx, "acquire", key, ttl, r.acquire)
+}
+
+// startAcquire maps key to its LOCK_KEY lk and marks its row (held-set key
+// hk) as being acquired, with markAcquiring; settle ends the mark h.
+func (r *LockRepository) startAcquire(what, key string) (lk, hk string, h *holding, err error) {
+	if lk, err = r.lockKey(key); err != nil {
+		return "", "", nil, fmt.Errorf("%s: %w", what, err)
+	}
+	hk = heldKey(lk)
+	if h, err = r.markAcquiring(what, hk); err != nil {
+		return "", "", nil, err
+	}
+	return lk, hk, h, nil
 }
 
 // markAcquiring marks the row hk as being acquired, from before the
@@ -234,17 +248,11 @@ func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl ti
 	if ttl <= 0 {
 		return registry.Lease{}, false, fmt.Errorf("%s: ttl %v: %w", what, ttl, registry.ErrInvalidTTL)
 	}
-	lk, err := r.lockKey(key)
-	if err != nil {
-		return registry.Lease{}, false, fmt.Errorf("%s: %w", what, err)
-	}
-	hk := heldKey(lk)
-
-	h, err := r.markAcquiring(what, hk)
+	lk, hk, h, err := r.startAcquire(what, key)
 	if err != nil {
 		return registry.Lease{}, false, err
 	}
-	r.cleaner.start() // the table has rows to clean from now on
+	r.cleaner.Start() // the table has rows to clean from now on
 	lease, acquired, err := r.doAcquire(ctx, st, lk, ttl)
 	r.settle(hk, h, acquired, err == nil && !acquired)
 

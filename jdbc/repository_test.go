@@ -397,7 +397,7 @@ func TestASpringRowHeldByAnotherClientIsRespected(t *testing.T) {
 		repo := newRepo(t, db, jdbc.WithRegion(region))
 		spring := uuid.NewString()
 		now := time.Now()
-		db.insertSpringRow(t, table, region, jdbc.UUIDKey("order-42"), spring, now, now.Add(time.Hour))
+		db.InsertSpringRow(t, table, region, jdbc.UUIDKey("order-42"), spring, now, now.Add(time.Hour))
 
 		mustNotAcquire(t, repo, "order-42", longTTL)
 		wantLockLost(t, "Renew", repo.Renew(t.Context(), "order-42", longTTL))
@@ -413,7 +413,7 @@ func TestAnExpiredSpringRowIsTakenOverKeepingItsCreatedDate(t *testing.T) {
 		region := randomRegion()
 		repo := newRepo(t, db, jdbc.WithRegion(region))
 		created := time.Now().Add(-2 * time.Hour)
-		db.insertSpringRow(t, table, region, jdbc.UUIDKey("order-42"), uuid.NewString(), created, created.Add(time.Hour))
+		db.InsertSpringRow(t, table, region, jdbc.UUIDKey("order-42"), uuid.NewString(), created, created.Add(time.Hour))
 
 		mustAcquire(t, repo, "order-42", longTTL)
 		l := wantOwner(t, db, region, "order-42", repo)
@@ -581,8 +581,8 @@ func offlineDB(t testing.TB) *sql.DB {
 
 func TestCustomPrefixUsesItsOwnTable(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
-		db.exec(t, `DROP TABLE IF EXISTS TEST_LOCK`)
-		t.Cleanup(func() { db.exec(t, `DROP TABLE IF EXISTS TEST_LOCK`) })
+		db.Exec(t, `DROP TABLE IF EXISTS TEST_LOCK`)
+		t.Cleanup(func() { db.Exec(t, `DROP TABLE IF EXISTS TEST_LOCK`) })
 		for range 2 { // idempotent
 			if err := jdbc.CreateSchema(t.Context(), db.DB, jdbc.WithPrefix("TEST_")); err != nil {
 				t.Fatal(err)
@@ -608,7 +608,7 @@ func TestCustomPrefixUsesItsOwnTable(t *testing.T) {
 
 func TestMissingTableIsErrNoTable(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
-		db.exec(t, `DROP TABLE IF EXISTS TEST_LOCK`)
+		db.Exec(t, `DROP TABLE IF EXISTS TEST_LOCK`)
 		repo := newRepo(t, db, jdbc.WithPrefix("TEST_"))
 		ctx := t.Context()
 		_, _, acquireErr := repo.Acquire(ctx, "k", longTTL)

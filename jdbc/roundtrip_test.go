@@ -88,17 +88,17 @@ func viaProxy(t testing.TB, db testDB) (dsn, server string, swap func(proxy stri
 	t.Helper()
 	switch db.Dialect {
 	case jdbc.Postgres:
-		u, err := url.Parse(db.dsn)
+		u, err := url.Parse(db.DSN)
 		if err != nil || u.Host == "" {
-			t.Skipf("cannot proxy DSN %q", db.dsn)
+			t.Skipf("cannot proxy DSN %q", db.DSN)
 		}
-		return db.dsn, u.Host, func(proxy string) string { v := *u; v.Host = proxy; return v.String() }
+		return db.DSN, u.Host, func(proxy string) string { v := *u; v.Host = proxy; return v.String() }
 	case jdbc.MySQL:
-		cfg, err := mysql.ParseDSN(db.dsn)
+		cfg, err := mysql.ParseDSN(db.DSN)
 		if err != nil || cfg.Net != "tcp" {
-			t.Skipf("cannot proxy DSN %q", db.dsn)
+			t.Skipf("cannot proxy DSN %q", db.DSN)
 		}
-		return db.dsn, cfg.Addr, func(proxy string) string { c := cfg.Clone(); c.Addr = proxy; return c.FormatDSN() }
+		return db.DSN, cfg.Addr, func(proxy string) string { c := cfg.Clone(); c.Addr = proxy; return c.FormatDSN() }
 	}
 	t.Skip("requires a network server, which SQLite is not")
 	return
@@ -108,7 +108,7 @@ func TestAcquireRenewAndReleaseTakeOneRoundTripEach(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		_, server, swap := viaProxy(t, db)
 		proxy := newTurnCounter(t, server)
-		pool := openPool(t, db.driver, swap(proxy.addr()))
+		pool := openPool(t, db.Driver, swap(proxy.addr()))
 		pool.SetMaxOpenConns(1) // one connection: the statements stay prepared on it
 		repo := newRepoOn(t, pool, jdbc.WithRegion(randomRegion()))
 		ctx := context.Background()
@@ -161,7 +161,7 @@ func TestWithoutPreparedStatementsEachStatementTakesOneRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		u.RawQuery += "&" + param
-		pool := openPool(t, db.driver, u.String())
+		pool := openPool(t, db.Driver, u.String())
 		repo := newRepoOn(t, pool, jdbc.WithRegion(randomRegion()), jdbc.WithoutPreparedStatements())
 		ctx := context.Background()
 		// Connects; pgx pings a connection on its first reuse.

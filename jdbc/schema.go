@@ -18,11 +18,14 @@ import (
 // not do it.
 var ErrUnsupportedLayout = errors.New("jdbc: unsupported lock table layout")
 
-// CreateSchema creates the lock table (and whatever later scripts add) for
-// the dialect of db, with the prefix WithPrefix configures: it executes the
-// up scripts embedded in package [github.com/lockreg/lockreg/sql] for the
-// dialect, in name order, each statement on its own, with INT_ replaced by
-// the prefix. It creates what is missing and leaves the rest, so it may
+// CreateSchema creates the lock table and, on PostgreSQL, its waiter queue
+// for the dialect of db, with the prefix WithPrefix configures: it executes
+// the lock scripts embedded in package [github.com/lockreg/lockreg/sql] for
+// the dialect (000001_lock, 000002_lock_fence_queue and whatever later lock
+// scripts add), in name order, each statement on its own, with INT_
+// replaced by the prefix. The message-group tables are package
+// groupstore/sqlstore's, whose CreateSchema creates them. It creates what
+// is missing and leaves the rest, so it may
 // run at every start: on an empty database, on tables it made before, and
 // on a Spring Integration 7 INT_LOCK, to which it adds lockreg's FENCE
 // column. Of the options it uses WithPrefix and WithDialect and checks the
@@ -50,7 +53,7 @@ func CreateSchema(ctx context.Context, db DB, opts ...Option) error {
 	if state, err := r.inspectTable(ctx); err != nil && state != tableMissing {
 		return r.wrap(ctx, "jdbc: create schema", err)
 	}
-	if err := cfg.d.ApplyScripts(ctx, db, cfg.prefix, dialect.LockScripts, dialect.GroupScripts); err != nil {
+	if err := cfg.d.ApplyScripts(ctx, db, cfg.prefix, dialect.LockScripts); err != nil {
 		return r.wrap(ctx, "jdbc: create schema", err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/jdbc"
 )
 
@@ -26,14 +27,14 @@ type schemaTarget struct {
 // its prefix are dropped when t ends.
 func freshTarget(t *testing.T, db testDB) schemaTarget {
 	t.Helper()
-	st := schemaTarget{prefix: "CS" + strings.ToUpper(strings.ReplaceAll(uuid.NewString(), "-", "")[:12]) + "_", dsn: db.dsn}
+	st := schemaTarget{prefix: "CS" + strings.ToUpper(strings.ReplaceAll(uuid.NewString(), "-", "")[:12]) + "_", dsn: db.DSN}
 	if db.Dialect == jdbc.SQLite {
-		st.dsn = sqliteDSN(filepath.Join(t.TempDir(), "schema.db"), 5000)
+		st.dsn = testdb.SQLiteDSN(filepath.Join(t.TempDir(), "schema.db"), 5000)
 		return st
 	}
 	t.Cleanup(func() {
 		for _, s := range []string{"GROUP_MESSAGE", "GROUP", "LOCK_WAIT", "LOCK"} {
-			db.exec(t, `DROP TABLE IF EXISTS `+st.prefix+s)
+			db.Exec(t, `DROP TABLE IF EXISTS `+st.prefix+s)
 		}
 	})
 	return st
@@ -43,7 +44,7 @@ func freshTarget(t *testing.T, db testDB) schemaTarget {
 // closed when t ends.
 func (st schemaTarget) open(t testing.TB, db testDB) *sql.DB {
 	t.Helper()
-	p := openPool(t, db.driver, st.dsn)
+	p := openPool(t, db.Driver, st.dsn)
 	if err := p.PingContext(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func spring6Table(t *testing.T, db testDB) (schemaTarget, *sql.DB, string) {
 	if db.Dialect == jdbc.SQLite {
 		created = created.(time.Time).Format(sqliteTime)
 	}
-	if _, err := p.Exec(db.q(`INSERT INTO `+st.prefix+`LOCK (REGION, LOCK_KEY, CLIENT_ID, CREATED_DATE) VALUES (?, ?, ?, ?)`),
+	if _, err := p.Exec(db.Q(`INSERT INTO `+st.prefix+`LOCK (REGION, LOCK_KEY, CLIENT_ID, CREATED_DATE) VALUES (?, ?, ?, ?)`),
 		region, jdbc.UUIDKey("k"), uuid.NewString(), created); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func TestCreateSchemaCompletesASpring7LockTable(t *testing.T) {
 		region := randomRegion()
 		db.DB = p // insertSpringRow writes to the target
 		now := time.Now()
-		db.insertSpringRow(t, st.prefix+"LOCK", region, jdbc.UUIDKey("spring"), "a-spring-client", now, now.Add(time.Hour))
+		db.InsertSpringRow(t, st.prefix+"LOCK", region, jdbc.UUIDKey("spring"), "a-spring-client", now, now.Add(time.Hour))
 		if err := jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix)); err != nil {
 			t.Fatal(err)
 		}

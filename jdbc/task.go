@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockreg/lockreg/internal/dialect"
 	"github.com/lockreg/lockreg/registry"
 )
 
-// Scheduled-task locks (package github.com/lockreg/lockreg/tasklock) end a
+// Scheduled-task locks (lockreg's package tasklock) end a
 // lease with ReleaseAfter, which keeps the row taken until lockAtLeastFor
 // after the acquisition, measured with the database's clock.
 //
@@ -61,7 +62,7 @@ func (r *LockRepository) ReleaseAfter(ctx context.Context, key string, atLeast t
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	q, p := r.sql.releaseAfter, r.params(lk, 0)
-	p.ttl = micros(atLeast)
+	p.ttl = dialect.Micros(atLeast)
 	res, err := r.db.ExecContext(ctx, q.SQL, p.args(q)...)
 	return r.affected(ctx, what, res, err)
 }

@@ -20,7 +20,7 @@
 //		Publisher:               publisher,
 //		OutputTopic:             "payments.ordered",
 //		ReleasePartialSequences: true,
-//		Store:                   store, // jdbc.NewGroupStore(db) to share groups between instances
+//		Store:                   store, // sqlstore.New(db, sqlstore.Config{}) to share groups between instances
 //		Locks:                   locks, // registry.New(jdbcRepo) to share locks
 //	})
 //	rs.AddHandler(router, "resequence-payments", "payments", subscriber)
@@ -59,7 +59,7 @@
 //     sequence number). Output is therefore at least once, and in order
 //     and exactly once for a consumer that deduplicates by UUID (the
 //     aggregator package says what Watermill's Deduplicator gives).
-//   - With a [groupstore.Outbox] store (jdbc.NewOutbox with watermill-sql)
+//   - With a [groupstore.Outbox] store (sqlstore.NewOutbox with watermill-sql)
 //     each run is published in the transaction that records it, so it
 //     reaches the topic exactly once and in order, without deduplication.
 //   - Late messages, duplicates, messages with invalid sequence metadata
@@ -78,6 +78,6 @@
 // adds a Publish and an Update. The timeout runner makes one ClaimDue per
 // PollInterval and instance. A kept complete group stays in the store,
 // without messages, until MinimumTimeoutForEmptyGroups removes it or the
-// store's own clean-up does (jdbc.GroupStore: 7 days after its completion,
-// see jdbc.WithGroupCleanup).
+// store's own clean-up does (sqlstore.Store: 7 days after its completion,
+// see sqlstore.Config.CleanupRetention).
 package resequencer

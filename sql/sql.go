@@ -6,9 +6,13 @@
 //
 // Each folder holds numbered migrations, NNNNNN_name.up.sql with its
 // inverse NNNNNN_name.down.sql, in the layout of golang-migrate, to be
-// applied in name order. [github.com/lockreg/lockreg/jdbc.CreateSchema]
-// applies the up scripts, so they are the one definition of the schema;
-// migration tools apply the same files:
+// applied in name order. The first word of the name says whose tables a
+// script makes: the lock scripts (000001_lock, 000002_lock_fence_queue)
+// are applied by [github.com/lockreg/lockreg/jdbc.CreateSchema], the
+// message-group script (000003_message_group) by
+// [github.com/lockreg/lockreg/groupstore/sqlstore.CreateSchema], so the
+// scripts are the one definition of the schema; migration tools apply all
+// of them, the same files:
 //
 //	// golang-migrate (source/iofs); on MySQL the DSN needs multiStatements=true
 //	src, err := iofs.New(lockregsql.FS, "postgres")

@@ -15,6 +15,7 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/pressly/goose/v3"
 
+	"github.com/lockreg/lockreg/groupstore/sqlstore"
 	"github.com/lockreg/lockreg/jdbc"
 	lockregsql "github.com/lockreg/lockreg/sql"
 )
@@ -178,8 +179,9 @@ func TestGolangMigrateUpAndDownTwiceOnASpring7LockTable(t *testing.T) {
 }
 
 // On PostgreSQL and MySQL/MariaDB the scripts are idempotent: a database
-// that CreateSchema set up can be handed to goose, whose up then runs every
-// script again over the existing tables.
+// that CreateSchema set up (sqlstore's, which makes the lock and the group
+// tables) can be handed to goose, whose up then runs every script again over
+// the existing tables.
 func TestGooseUpRunsOverTablesCreateSchemaMade(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s server) {
 		if s.dialect == jdbc.SQLite {
@@ -187,7 +189,7 @@ func TestGooseUpRunsOverTablesCreateSchemaMade(t *testing.T) {
 		}
 		f := fresh(t, s)
 		db := f.open(t, "")
-		if err := jdbc.CreateSchema(context.Background(), db); err != nil {
+		if err := sqlstore.CreateSchema(context.Background(), db, sqlstore.Config{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := gooseOn(t, f, db).up(); err != nil {

@@ -13,7 +13,7 @@
 // MariaDB/MySQL instead. On PostgreSQL the transport is watermill-sql too:
 // both instances subscribe to one topic of lines (watermill-sql's queue
 // schema hands each line to one of them), and each order is published by a
-// jdbc.Outbox in the transaction that completes its group, so it reaches
+// sqlstore.Outbox in the transaction that completes its group, so it reaches
 // the orders topic exactly once:
 //
 //	go run ./examples/aggregator -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
@@ -42,6 +42,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/lockreg/lockreg/aggregator"
+	"github.com/lockreg/lockreg/groupstore/sqlstore"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/registry"
 )
@@ -65,7 +66,9 @@ func run(out io.Writer, dsn string, orders int) error {
 		return err
 	}
 	defer db.Close()
-	if err := jdbc.CreateSchema(ctx, db); err != nil {
+	// The group tables and the lock table (which sqlstore.CreateSchema
+	// creates too, as jdbc.CreateSchema does).
+	if err := sqlstore.CreateSchema(ctx, db, sqlstore.Config{}); err != nil {
 		return err
 	}
 	// A region of this run's own, so that earlier runs' groups do not count.
@@ -99,7 +102,7 @@ func run(out io.Writer, dsn string, orders int) error {
 			return err
 		}
 		defer locks.Close(context.WithoutCancel(ctx))
-		store, err := jdbc.NewGroupStore(db, jdbc.WithRegion(region))
+		store, err := sqlstore.New(db, sqlstore.Config{Region: region})
 		if err != nil {
 			return err
 		}
@@ -171,11 +174,11 @@ func run(out io.Writer, dsn string, orders int) error {
 
 // transport is where the lines come from and the orders go.
 type transport struct {
-	lines       message.Publisher                            // publishes the lines
-	linesTopic  func(instance int) string                    // where to send a line for an instance
-	subscriber  func() (message.Subscriber, error)           // an instance's subscriber of the lines
-	publisher   message.Publisher                            // the aggregators' publisher; nil with an outbox
-	outbox      func(*jdbc.GroupStore) (*jdbc.Outbox, error) // publishes the orders, if set
+	lines       message.Publisher                               // publishes the lines
+	linesTopic  func(instance int) string                       // where to send a line for an instance
+	subscriber  func() (message.Subscriber, error)              // an instance's subscriber of the lines
+	publisher   message.Publisher                               // the aggregators' publisher; nil with an outbox
+	outbox      func(*sqlstore.Store) (*sqlstore.Outbox, error) // publishes the orders, if set
 	orders      message.Subscriber
 	ordersTopic string
 	close       func()
@@ -239,8 +242,8 @@ func sqlTransport(ctx context.Context, db *sql.DB, logger watermill.LoggerAdapte
 		lines:      pub,
 		linesTopic: func(int) string { return lines },
 		subscriber: subscriber,
-		outbox: func(store *jdbc.GroupStore) (*jdbc.Outbox, error) {
-			return jdbc.NewOutbox(store, func(tx *sql.Tx) (message.Publisher, error) {
+		outbox: func(store *sqlstore.Store) (*sqlstore.Outbox, error) {
+			return sqlstore.NewOutbox(store, func(tx *sql.Tx) (message.Publisher, error) {
 				return wsql.NewPublisher(wsql.TxFromStdSQL(tx), wsql.PublisherConfig{SchemaAdapter: schema}, logger)
 			})
 		},

@@ -39,6 +39,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
 
+	"github.com/lockreg/lockreg/groupstore/sqlstore"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/registry"
 	"github.com/lockreg/lockreg/resequencer"
@@ -64,7 +65,9 @@ func run(out io.Writer, dsn string, accounts, steps int) error {
 		return err
 	}
 	defer db.Close()
-	if err := jdbc.CreateSchema(ctx, db); err != nil {
+	// The group tables and the lock table (which sqlstore.CreateSchema
+	// creates too, as jdbc.CreateSchema does).
+	if err := sqlstore.CreateSchema(ctx, db, sqlstore.Config{}); err != nil {
 		return err
 	}
 	// A region of this run's own, so that earlier runs' groups do not count.
@@ -95,7 +98,7 @@ func run(out io.Writer, dsn string, accounts, steps int) error {
 			return err
 		}
 		defer locks.Close(context.WithoutCancel(ctx))
-		store, err := jdbc.NewGroupStore(db, jdbc.WithRegion(region))
+		store, err := sqlstore.New(db, sqlstore.Config{Region: region})
 		if err != nil {
 			return err
 		}

@@ -26,7 +26,6 @@ func New(base, maxDelay time.Duration) *Backoff {
 	return &Backoff{base: base, max: max(base, maxDelay), cur: base}
 }
 
-
 // Next returns the next delay and doubles the one after it, up to the cap.
 func (b *Backoff) Next() time.Duration {
 	d := b.cur

@@ -12,7 +12,7 @@ import (
 // topic of 2 000 groups of 10 messages, shuffled and with about 15 %
 // duplicate deliveries; one router is killed with SIGKILL once 30 % of the
 // groups are released. Every group must be released with one output UUID,
-// in exactly one output row when the children's store is a jdbc.Outbox
+// in exactly one output row when the children's store is a sqlstore.Outbox
 // (transactionalOutput), and otherwise at least once (a release interrupted
 // between its publication and the group's completion is published again
 // with the same UUID; those repeats are counted); each output must hold

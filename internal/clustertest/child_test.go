@@ -22,6 +22,7 @@ import (
 
 	"github.com/lockreg/lockreg/aggregator"
 	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/groupstore/sqlstore"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/jdbc/pgxlisten"
 	"github.com/lockreg/lockreg/registry"
@@ -162,10 +163,10 @@ func createTopic(ctx context.Context, db *sql.DB, schema queueSchema, topic stri
 	return nil
 }
 
-// transactionalOutput makes the children's group store a jdbc.Outbox, so
+// transactionalOutput makes the children's group store a sqlstore.Outbox, so
 // that the handlers publish each release in the transaction that records
 // it, and the tests demand exactly one output row per release. Without it
-// (false) the store is a plain jdbc.GroupStore, the handlers publish with
+// (false) the store is a plain sqlstore.Store, the handlers publish with
 // the router's publisher before recording a release, and a release
 // interrupted in between (the killed child) is published again with the
 // same UUIDs: the tests then count and log those repeats.
@@ -173,14 +174,14 @@ const transactionalOutput = true
 
 // newStore returns a child's group store, as transactionalOutput says.
 func newStore(db *sql.DB, region string, schema queueSchema, logger watermill.LoggerAdapter) (groupstore.Store, error) {
-	store, err := jdbc.NewGroupStore(db, jdbc.WithRegion(region))
+	store, err := sqlstore.New(db, sqlstore.Config{Region: region})
 	if err != nil {
 		return nil, err
 	}
 	if !transactionalOutput {
 		return store, nil
 	}
-	return jdbc.NewOutbox(store, func(tx *sql.Tx) (message.Publisher, error) {
+	return sqlstore.NewOutbox(store, func(tx *sql.Tx) (message.Publisher, error) {
 		return wsql.NewPublisher(wsql.TxFromStdSQL(tx), wsql.PublisherConfig{SchemaAdapter: schema}, logger)
 	})
 }

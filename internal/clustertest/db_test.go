@@ -10,7 +10,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/lockreg/lockreg/jdbc"
+	"github.com/lockreg/lockreg/groupstore/sqlstore"
 )
 
 // The PostgreSQL server the tests use, as in package jdbc's tests.
@@ -49,7 +49,7 @@ func requirePostgres(t testing.TB) (db *sql.DB, dsn string) {
 	t.Cleanup(func() { db.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := jdbc.CreateSchema(ctx, db); err != nil {
+	if err := sqlstore.CreateSchema(ctx, db, sqlstore.Config{}); err != nil {
 		t.Fatalf("CreateSchema: %v", err)
 	}
 	return db, dsn

@@ -17,7 +17,7 @@ import (
 // order: its output rows, in offset order and without the repeats of an
 // output UUID seen before (a run whose publication was interrupted before
 // it was recorded is published again with the same UUIDs and payloads,
-// unless the children's store is a jdbc.Outbox: see transactionalOutput),
+// unless the children's store is a sqlstore.Outbox: see transactionalOutput),
 // carry sequence numbers 1 to 40 in strictly
 // increasing order, each with the payload of the input message of that
 // number or of its twin, and no delivery may be left unacked.

@@ -25,9 +25,10 @@ type Dialect struct {
 	// the folder of its scripts in package github.com/lockreg/lockreg/sql.
 	Name string
 
-	// Lock are the statements of the lock table that differ between
-	// dialects.
-	Lock LockSQL
+	// Lock and Group are the statements of the lock table and of the
+	// message-group tables that differ between dialects.
+	Lock  LockSQL
+	Group GroupSQL
 
 	// UpdateCountsTwo says that an upsert that updates a row reports two
 	// affected rows (MySQL's ON DUPLICATE KEY UPDATE).

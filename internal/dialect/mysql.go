@@ -56,6 +56,24 @@ var MySQL = register(&Dialect{
 		SweepKeys: `DELETE FROM {prefix}LOCK WHERE ` + DeadLock + ` AND LOCK_KEY IN {list}`,
 	},
 
+	Group: GroupSQL{
+		Upsert: insertGroup + `ON DUPLICATE KEY UPDATE GROUP_KEY = GROUP_KEY`,
+		LockGroup: `SELECT ` + GroupColumns + ` FROM {prefix}GROUP WHERE GROUP_KEY = :group_key AND REGION = :region ` +
+			`FOR UPDATE`,
+		InsertMessage: insertMessage + `ON DUPLICATE KEY UPDATE MESSAGE_KEY = MESSAGE_KEY`,
+		// Without an index that finds finished groups, a DELETE ... LIMIT
+		// would lock every row it passes under REPEATABLE READ, so a
+		// consistent read selects them and the DELETEs name them, checking
+		// the condition again.
+		SelectFinished: `SELECT g.GROUP_KEY FROM {prefix}GROUP g WHERE ` + finished("g") + ` LIMIT :batch`,
+		SweepMessages: `DELETE FROM {prefix}GROUP_MESSAGE WHERE REGION = :region AND GROUP_KEY IN {list} ` +
+			`AND EXISTS (SELECT 1 FROM {prefix}GROUP g WHERE g.GROUP_KEY = {prefix}GROUP_MESSAGE.GROUP_KEY AND ` +
+			finished("g") + `) LIMIT :batch`,
+		SweepGroups: `DELETE FROM {prefix}GROUP WHERE REGION = :region AND GROUP_KEY IN {list} AND ` + finished("{prefix}GROUP") +
+			` AND NOT EXISTS (SELECT 1 FROM {prefix}GROUP_MESSAGE m WHERE m.GROUP_KEY = {prefix}GROUP.GROUP_KEY ` +
+			`AND m.REGION = {prefix}GROUP.REGION)`,
+	},
+
 	// GET_LOCK is per server and per session, and survives the implicit
 	// commits of DDL; the name holds the database's name.
 	turn: func(ctx, end context.Context, q Querier, key string, f func() error) (bool, error) {

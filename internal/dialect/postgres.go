@@ -81,6 +81,22 @@ var Postgres = register(&Dialect{
 		},
 	},
 
+	Group: GroupSQL{
+		Upsert:        upsertGroupReturning,
+		InsertMessage: insertMessageUnlessThere,
+		ClaimDue: `UPDATE {prefix}GROUP SET CLAIMED_UNTIL = {now+:lease} WHERE (GROUP_KEY, REGION) IN (` +
+			`SELECT GROUP_KEY, REGION FROM {prefix}GROUP WHERE REGION = :region AND ` + DueGroup +
+			` ORDER BY DUE_AT LIMIT :limit FOR UPDATE SKIP LOCKED) RETURNING CORRELATION_KEY, GROUP_KEY, VERSION, DUE_AT`,
+		// SKIP LOCKED passes over rows another transaction is writing; the
+		// locked rows' conditions are checked again on their latest version.
+		SweepMessages: `DELETE FROM {prefix}GROUP_MESSAGE WHERE (GROUP_KEY, REGION, MESSAGE_KEY) IN (` +
+			`SELECT m.GROUP_KEY, m.REGION, m.MESSAGE_KEY FROM {prefix}GROUP_MESSAGE m JOIN {prefix}GROUP g ` +
+			`ON g.GROUP_KEY = m.GROUP_KEY AND g.REGION = m.REGION WHERE ` + finished("g") + ` LIMIT :batch FOR UPDATE SKIP LOCKED)`,
+		SweepGroups: `DELETE FROM {prefix}GROUP WHERE (GROUP_KEY, REGION) IN (SELECT g.GROUP_KEY, g.REGION FROM {prefix}GROUP g ` +
+			`WHERE ` + finished("g") + ` AND NOT EXISTS (SELECT 1 FROM {prefix}GROUP_MESSAGE m ` +
+			`WHERE m.GROUP_KEY = g.GROUP_KEY AND m.REGION = g.REGION) LIMIT :batch FOR UPDATE SKIP LOCKED)`,
+	},
+
 	// The calls take turns under a transaction-level advisory lock, and
 	// the statements run in that transaction.
 	turn: func(ctx, end context.Context, q Querier, key string, f func() error) (bool, error) {

@@ -56,6 +56,16 @@ var SQLite = register(&Dialect{
 		Sweep: `DELETE FROM {prefix}LOCK WHERE rowid IN (SELECT rowid FROM {prefix}LOCK WHERE ` + DeadLock + ` LIMIT :batch)`,
 	},
 
+	// SQLite has one writer at a time: nothing to skip.
+	Group: GroupSQL{
+		Upsert:        upsertGroupReturning,
+		InsertMessage: insertMessageUnlessThere,
+		SweepMessages: `DELETE FROM {prefix}GROUP_MESSAGE WHERE rowid IN (SELECT m.rowid FROM {prefix}GROUP_MESSAGE m ` +
+			`JOIN {prefix}GROUP g ON g.GROUP_KEY = m.GROUP_KEY AND g.REGION = m.REGION WHERE ` + finished("g") + ` LIMIT :batch)`,
+		SweepGroups: `DELETE FROM {prefix}GROUP WHERE rowid IN (SELECT g.rowid FROM {prefix}GROUP g WHERE ` + finished("g") +
+			` AND NOT EXISTS (SELECT 1 FROM {prefix}GROUP_MESSAGE m WHERE m.GROUP_KEY = g.GROUP_KEY AND m.REGION = g.REGION) LIMIT :batch)`,
+	},
+
 	// SQLite's errors tell neither a missing table nor a missing column by
 	// code: its catalog does.
 	tableColumns: func(ctx context.Context, q Querier, table string) ([]string, error) {

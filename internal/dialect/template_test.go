@@ -87,5 +87,11 @@ func TestEveryBuiltInStatementCompiles(t *testing.T) {
 				t.Errorf("%s: %v\n%s", d.Name, err, s)
 			}
 		}
+		g := d.Group
+		for _, s := range []string{g.Upsert, g.LockGroup, g.InsertMessage, g.ClaimDue, g.SweepMessages, g.SweepGroups, g.SelectFinished} {
+			if _, err := d.Compile(s, "INT_", GroupParams...); err != nil {
+				t.Errorf("%s: %v\n%s", d.Name, err, s)
+			}
+		}
 	}
 }

@@ -1,6 +1,6 @@
 -- +goose Up
 -- INT_GROUP and INT_GROUP_MESSAGE: the message groups of lockreg's
--- aggregator and resequencer (jdbc.NewGroupStore). They are not Spring
+-- aggregator and resequencer (groupstore/sqlstore). They are not Spring
 -- Integration's INT_MESSAGE_GROUP tables: payloads are bytes, not Java
 -- serialized objects. GROUP_KEY and MESSAGE_KEY are name-based UUIDs of the
 -- correlation key and the message id. Times are UTC wall time as TEXT in the

@@ -1,4 +1,4 @@
-package jdbc_test
+package resequencer_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/lockreg/lockreg/groupstore/sqlstore"
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/registry"
 	"github.com/lockreg/lockreg/resequencer"
@@ -26,13 +28,13 @@ import (
 // Every group must come out complete and in order; a release republished
 // after the kill carries the UUIDs of the first attempt.
 func TestReseqClusterReleasesEveryGroupCompleteAndInOrderOnPostgres(t *testing.T) {
-	var pg testDB
-	for _, db := range testDatabases(t) {
+	var pg testdb.Backend
+	for _, db := range testdb.Open(t) {
 		if db.Name == "postgres-pgx" {
 			pg = db
 		}
 	}
-	pg.require(t)
+	pg.Require(t)
 	const (
 		handlers  = 4
 		workers   = 4 // concurrent deliveries per handler
@@ -43,8 +45,8 @@ func TestReseqClusterReleasesEveryGroupCompleteAndInOrderOnPostgres(t *testing.T
 	if testing.Short() {
 		groupsN = 50
 	}
-	region := randomRegion()
-	out := &topicRecorder{}
+	region := testdb.RandomRegion()
+	out := newRecorder()
 
 	// The workload: every message once, a fifth again, shuffled.
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -90,7 +92,7 @@ func TestReseqClusterReleasesEveryGroupCompleteAndInOrderOnPostgres(t *testing.T
 			t.Fatal(err)
 		}
 		defer regs[h].Close(context.Background())
-		store, err := jdbc.NewGroupStore(pg.DB, jdbc.WithRegion(region))
+		store, err := sqlstore.New(pg.DB, sqlstore.Config{Region: region})
 		if err != nil {
 			t.Fatal(err)
 		}

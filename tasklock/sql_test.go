@@ -1,4 +1,4 @@
-package jdbc_test
+package tasklock_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/registry"
 	"github.com/lockreg/lockreg/tasklock"
@@ -59,7 +60,7 @@ const lockTable = "INT_LOCK"
 
 // taskLocked reports whether the row of name is taken by the database's
 // clock (ShedLock's assertLocked/assertUnlocked), and how long it stays so.
-func taskLocked(t testing.TB, db testDB, region, name string) (bool, time.Duration) {
+func taskLocked(t testing.TB, db testdb.Backend, region, name string) (bool, time.Duration) {
 	t.Helper()
 	_, remaining, ok := taskRow(t, db, region, name)
 	return ok && remaining > 0, remaining
@@ -67,23 +68,14 @@ func taskLocked(t testing.TB, db testDB, region, name string) (bool, time.Durati
 
 // taskRow reads the owner of name's row ("" for nobody) and how long it
 // stays taken by the database's clock, or reports false if there is none.
-// (leaseOf cannot read a NULL CLIENT_ID.)
-func taskRow(t testing.TB, db testDB, region, name string) (owner string, remaining time.Duration, ok bool) {
+func taskRow(t testing.TB, db testdb.Backend, region, name string) (owner string, remaining time.Duration, ok bool) {
 	t.Helper()
-	var rem string
-	switch db.Dialect {
-	case jdbc.Postgres:
-		rem = `CAST(EXTRACT(EPOCH FROM (EXPIRED_AFTER - timezone('UTC', now()))) * 1000000 AS BIGINT)`
-	case jdbc.MySQL:
-		rem = `TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), EXPIRED_AFTER)`
-	case jdbc.SQLite:
-		rem = sqliteMillis(`EXPIRED_AFTER`) + ` * 1000 - ` + sqliteMillis(`'now'`) + ` * 1000`
-	}
+	rem := db.Remaining(`EXPIRED_AFTER`)
 	var (
 		client sql.NullString
 		micros int64
 	)
-	err := db.DB.QueryRowContext(ctxb, db.q(`SELECT CLIENT_ID, `+rem+` FROM `+lockTable+` WHERE REGION = ? AND LOCK_KEY = ?`),
+	err := db.DB.QueryRowContext(ctxb, db.Q(`SELECT CLIENT_ID, `+rem+` FROM `+lockTable+` WHERE REGION = ? AND LOCK_KEY = ?`),
 		region, jdbc.UUIDKey(name)).Scan(&client, &micros)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", 0, false
@@ -133,8 +125,8 @@ func eventually(t testing.TB, what string, try func() bool) {
 // shouldCreateTwoIndependentLocks, shouldLockTwiceInARow,
 // shouldBeAbleToLockRightAfterUnlock.
 func TestTaskLockBasics(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		region := randomRegion()
+	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
+		region := testdb.RandomRegion()
 		a, b := newTaskNode(t, db.DB, region), newTaskNode(t, db.DB, region)
 		name, name2 := taskName(), taskName()
 
@@ -167,8 +159,8 @@ func TestTaskLockBasics(t *testing.T) {
 
 // ShedLock: shouldTimeout; and a lost lease is reported at release.
 func TestTaskLockTimeout(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		region := randomRegion()
+	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
+		region := testdb.RandomRegion()
 		a, b := newTaskNode(t, db.DB, region), newTaskNode(t, db.DB, region)
 		name := taskName()
 		l := mustLock(t, a, name, tasklock.LockAtMostFor(50*time.Millisecond))
@@ -194,12 +186,12 @@ func TestTaskLockTimeout(t *testing.T) {
 // ShedLock: shouldCreateLockIfRecordAlreadyExists (a Spring row that
 // expired a day ago).
 func TestTaskLockTakesExistingRow(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		region := randomRegion()
+	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
+		region := testdb.RandomRegion()
 		a := newTaskNode(t, db.DB, region)
 		name := taskName()
 		day := time.Now().Add(-24 * time.Hour)
-		db.insertSpringRow(t, lockTable, region, jdbc.UUIDKey(name), uuid.NewString(), day, day)
+		db.InsertSpringRow(t, lockTable, region, jdbc.UUIDKey(name), uuid.NewString(), day, day)
 		if ran, err := a.Run(ctxb, name, noop); !ran || err != nil {
 			t.Fatalf("Run = %v, %v", ran, err)
 		}
@@ -210,8 +202,8 @@ func TestTaskLockTakesExistingRow(t *testing.T) {
 // behaviour of Run: an attempt within lockAtLeastFor skips, by any
 // instance including the one that ran; after it, one runs.
 func TestTaskLockAtLeastFor(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		region := randomRegion()
+	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
+		region := testdb.RandomRegion()
 		a, b := newTaskNode(t, db.DB, region), newTaskNode(t, db.DB, region)
 		name := taskName()
 		const atLeast = 2 * time.Second
@@ -255,8 +247,8 @@ func TestTaskLockAtLeastFor(t *testing.T) {
 // shouldBeAbleToExtendMultipleTimes, shouldNotBeAbleToExtendUnlockedLock,
 // shouldBeAbleToExtendAtLeast.
 func TestTaskLockExtend(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		region := randomRegion()
+	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
+		region := testdb.RandomRegion()
 		a, b := newTaskNode(t, db.DB, region), newTaskNode(t, db.DB, region)
 		name := taskName()
 		ran, err := a.Run(ctxb, name, func(ctx context.Context) error {
@@ -293,8 +285,8 @@ func TestTaskLockExtend(t *testing.T) {
 // ShedLock fault: extension of an already-expired lock
 // (shouldNotBeAbleToExtendExpiredLock). Renew never revives a lease.
 func TestTaskLockNoExtendOfExpired(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		region := randomRegion()
+	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
+		region := testdb.RandomRegion()
 		a := newTaskNode(t, db.DB, region)
 		name := taskName()
 		l := mustLock(t, a, name, tasklock.LockAtMostFor(100*time.Millisecond))
@@ -313,12 +305,12 @@ func TestTaskLockNoExtendOfExpired(t *testing.T) {
 // ShedLock fault: a deleted row stops the task until restart (their insert
 // cache). Here the next run inserts it again, also while held elsewhere.
 func TestTaskLockDeletedRow(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		region := randomRegion()
+	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
+		region := testdb.RandomRegion()
 		a := newTaskNode(t, db.DB, region)
 		name := taskName()
 		del := func() {
-			db.exec(t, `DELETE FROM `+lockTable+` WHERE REGION = ? AND LOCK_KEY = ?`, region, jdbc.UUIDKey(name))
+			db.Exec(t, `DELETE FROM `+lockTable+` WHERE REGION = ? AND LOCK_KEY = ?`, region, jdbc.UUIDKey(name))
 		}
 		for i := range 3 {
 			if ran, err := a.Run(ctxb, name, noop, tasklock.LockAtLeastFor(time.Hour)); !ran || err != nil {
@@ -341,8 +333,8 @@ func TestTaskLockDeletedRow(t *testing.T) {
 // ShedLock fault: any process on the same host can unlock (their
 // locked_by is the host name). Here owners are per-client UUIDs.
 func TestTaskLockOtherClientCannotUnlock(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		region := randomRegion()
+	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
+		region := testdb.RandomRegion()
 		a, b := newTaskNode(t, db.DB, region), newTaskNode(t, db.DB, region)
 		name := taskName()
 		l := mustLock(t, a, name)
@@ -371,8 +363,8 @@ func TestTaskLockOtherClientCannotUnlock(t *testing.T) {
 // SQLite the token once came from julianday's doubles, about 40 µs coarse,
 // and the expiry was rounded to the nearest millisecond after adding 999 µs.
 func TestTaskReleaseAfterEndsExactlyLockAtLeastForAfterAcquisition(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		region := randomRegion()
+	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
+		region := testdb.RandomRegion()
 		repo, err := jdbc.NewLockRepository(ctxb, db.DB, jdbc.WithRegion(region))
 		if err != nil {
 			t.Fatal(err)
@@ -385,7 +377,7 @@ func TestTaskReleaseAfterEndsExactlyLockAtLeastForAfterAcquisition(t *testing.T)
 		case jdbc.MySQL:
 			span = `TIMESTAMPDIFF(MICROSECOND, CREATED_DATE, EXPIRED_AFTER)`
 		case jdbc.SQLite:
-			span = `(` + sqliteMillis(`EXPIRED_AFTER`) + ` - ` + sqliteMillis(`CREATED_DATE`) + `) * 1000`
+			span = `(` + testdb.SQLiteMillis(`EXPIRED_AFTER`) + ` - ` + testdb.SQLiteMillis(`CREATED_DATE`) + `) * 1000`
 		}
 		const atLeast = time.Hour + 7*time.Millisecond
 		for i := range 20 {
@@ -397,7 +389,7 @@ func TestTaskReleaseAfterEndsExactlyLockAtLeastForAfterAcquisition(t *testing.T)
 				t.Fatal(err)
 			}
 			var micros int64
-			if err := db.DB.QueryRowContext(ctxb, db.q(`SELECT `+span+` FROM `+lockTable+` WHERE REGION = ? AND LOCK_KEY = ?`),
+			if err := db.DB.QueryRowContext(ctxb, db.Q(`SELECT `+span+` FROM `+lockTable+` WHERE REGION = ? AND LOCK_KEY = ?`),
 				region, jdbc.UUIDKey(name)).Scan(&micros); err != nil {
 				t.Fatal(err)
 			}
@@ -415,8 +407,8 @@ func TestTaskReleaseAfterEndsExactlyLockAtLeastForAfterAcquisition(t *testing.T)
 // reaches the database, so neither node takes the other's lock, and
 // lockAtLeastFor written by either holds for both.
 func TestTaskLockClockSkew(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		region := randomRegion()
+	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
+		region := testdb.RandomRegion()
 		a := newTaskNode(t, db.DB, region)
 		name, name2 := taskName(), taskName()
 		var runs atomic.Int32
@@ -444,7 +436,7 @@ func TestTaskLockClockSkew(t *testing.T) {
 			}
 			// A pool of b's own, so that its connections are made in the
 			// bubble and closed before it ends.
-			bdb, err := sql.Open(db.driver, db.dsn)
+			bdb, err := sql.Open(db.Driver, db.DSN)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -494,13 +486,13 @@ func TestTaskLockClockSkew(t *testing.T) {
 // second runner inside at the same time loses an update, so exact counts
 // prove mutual exclusion, and reaching them proves liveness.
 func TestTaskLockFuzz(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
+	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
 		const (
 			goroutines = 8
 			iterations = 50
 			short      = 10 // goroutine 0's quota, ShedLock's SHORT_ITERATION
 		)
-		region := randomRegion()
+		region := testdb.RandomRegion()
 		names := [2]string{taskName(), taskName()}
 		var counters [2]atomic.Int64
 		var inside [2]atomic.Int32

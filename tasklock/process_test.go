@@ -1,4 +1,4 @@
-package jdbc_test
+package tasklock_test
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/tasklock"
 )
@@ -47,19 +48,19 @@ const (
 )
 
 func TestTaskLockProcessFuzz(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		db.exec(t, `CREATE TABLE IF NOT EXISTS `+procFuzzTable+` (
+	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
+		db.Exec(t, `CREATE TABLE IF NOT EXISTS `+procFuzzTable+` (
 			region VARCHAR(100) NOT NULL,
 			name VARCHAR(100) NOT NULL,
 			n INTEGER NOT NULL,
 			PRIMARY KEY (region, name))`)
-		region := randomRegion()
+		region := testdb.RandomRegion()
 		names := [2]string{taskName(), taskName()}
 		for _, name := range names {
-			db.exec(t, `INSERT INTO `+procFuzzTable+` (region, name, n) VALUES (?, ?, 0)`, region, name)
+			db.Exec(t, `INSERT INTO `+procFuzzTable+` (region, name, n) VALUES (?, ?, 0)`, region, name)
 		}
 		t.Cleanup(func() {
-			db.DB.ExecContext(ctxb, db.q(`DELETE FROM `+procFuzzTable+` WHERE region = ?`), region)
+			db.DB.ExecContext(ctxb, db.Q(`DELETE FROM `+procFuzzTable+` WHERE region = ?`), region)
 		})
 
 		ctx, cancel := context.WithTimeout(ctxb, 2*time.Minute)
@@ -76,8 +77,8 @@ func TestTaskLockProcessFuzz(t *testing.T) {
 				cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestTaskLockProcessFuzzHelper$", "-test.count=1")
 				cmd.Env = append(os.Environ(),
 					procFuzzHelperEnv+"="+strconv.Itoa(p),
-					procFuzzDriverEnv+"="+db.driver,
-					procFuzzDSNEnv+"="+db.dsn,
+					procFuzzDriverEnv+"="+db.Driver,
+					procFuzzDSNEnv+"="+db.DSN,
 					procFuzzDialectEnv+"="+string(db.Dialect),
 					procFuzzRegionEnv+"="+region,
 					procFuzzNamesEnv+"="+names[0]+","+names[1],
@@ -108,7 +109,7 @@ func TestTaskLockProcessFuzz(t *testing.T) {
 
 		for i, name := range names {
 			var n int64
-			err := db.DB.QueryRowContext(ctxb, db.q(`SELECT n FROM `+procFuzzTable+` WHERE region = ? AND name = ?`),
+			err := db.DB.QueryRowContext(ctxb, db.Q(`SELECT n FROM `+procFuzzTable+` WHERE region = ? AND name = ?`),
 				region, name).Scan(&n)
 			if err != nil {
 				t.Fatalf("reading the counter of %s: %v", name, err)

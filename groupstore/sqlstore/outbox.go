@@ -1,4 +1,4 @@
-package jdbc
+package sqlstore
 
 import (
 	"context"
@@ -9,15 +9,16 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/internal/dialect"
 )
 
-// Outbox is a [GroupStore] that also publishes in its own transactions: it
+// Outbox is a [Store] that also publishes in its own transactions: it
 // implements [groupstore.Outbox], so an aggregator or resequencer whose
 // store it is commits each release and its output together. With a
 // watermill-sql publisher on the store's database, each output reaches its
 // topic exactly once. Make one with NewOutbox; it is safe for concurrent use.
 type Outbox struct {
-	*GroupStore
+	*Store
 	newPublisher func(*sql.Tx) (message.Publisher, error)
 }
 
@@ -27,7 +28,7 @@ var _ groupstore.Outbox = (*Outbox)(nil)
 // newPublisher makes on a transaction of the store's database. With
 // watermill-sql:
 //
-//	outbox, err := jdbc.NewOutbox(store, func(tx *sql.Tx) (message.Publisher, error) {
+//	outbox, err := sqlstore.NewOutbox(store, func(tx *sql.Tx) (message.Publisher, error) {
 //		return wsql.NewPublisher(wsql.TxFromStdSQL(tx),
 //			wsql.PublisherConfig{SchemaAdapter: wsql.DefaultPostgreSQLSchema{}}, logger)
 //	})
@@ -35,14 +36,14 @@ var _ groupstore.Outbox = (*Outbox)(nil)
 // The publisher must write only through tx (watermill-sql's refuses
 // AutoInitializeSchema on a transaction; create the topic's table first). It
 // is made once per transaction attempt and closed after it.
-func NewOutbox(store *GroupStore, newPublisher func(tx *sql.Tx) (message.Publisher, error)) (*Outbox, error) {
+func NewOutbox(store *Store, newPublisher func(tx *sql.Tx) (message.Publisher, error)) (*Outbox, error) {
 	if store == nil {
-		return nil, errors.New("jdbc: outbox: nil group store")
+		return nil, errors.New("sqlstore: outbox: nil store")
 	}
 	if newPublisher == nil {
-		return nil, errors.New("jdbc: outbox: nil publisher function")
+		return nil, errors.New("sqlstore: outbox: nil publisher function")
 	}
-	return &Outbox{GroupStore: store, newPublisher: newPublisher}, nil
+	return &Outbox{Store: store, newPublisher: newPublisher}, nil
 }
 
 // UpdatePublish implements [groupstore.Outbox.UpdatePublish]: one
@@ -65,7 +66,7 @@ func (o *Outbox) UpdatePublish(ctx context.Context, key string, u groupstore.Upd
 		return nil
 	})
 	if err != nil {
-		return o.wrapGroup(ctx, "jdbc: group update and publish "+quote(key), err)
+		return o.wrap(ctx, "sqlstore: update and publish "+dialect.Quote(key), err)
 	}
 	return nil
 }

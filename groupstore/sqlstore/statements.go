@@ -1,0 +1,156 @@
+package sqlstore
+
+import (
+	"github.com/lockreg/lockreg/internal/dialect"
+)
+
+// The group statements common to all dialects, in the templating rule of
+// package dialect; the others are the dialect's (dialect.GroupSQL).
+const (
+	selectReleased = `SELECT RELEASED FROM {prefix}GROUP_MESSAGE WHERE GROUP_KEY = :group_key AND REGION = :region ` +
+		`AND MESSAGE_KEY = :message_key`
+	addMessage = `UPDATE {prefix}GROUP SET MESSAGE_COUNT = MESSAGE_COUNT + 1, LAST_POSITION = :position, ` +
+		`VERSION = VERSION + 1, UPDATED_DATE = {now}`
+	dueIn       = `, DUE_AT = {now+:timeout}, CLAIMED_UNTIL = NULL`
+	whereGroup  = ` WHERE GROUP_KEY = :group_key AND REGION = :region`
+	selectGroup = `SELECT g.GROUP_ID, g.COMPLETE, g.LAST_RELEASED_SEQUENCE, g.RELEASES, g.MESSAGE_COUNT, ` +
+		`g.VERSION, g.DUE_AT, g.CREATED_DATE, g.UPDATED_DATE, m.MESSAGE_ID, m.METADATA, m.PAYLOAD ` +
+		`FROM {prefix}GROUP g LEFT JOIN {prefix}GROUP_MESSAGE m ON m.GROUP_KEY = g.GROUP_KEY AND m.REGION = g.REGION ` +
+		`AND m.RELEASED = 0 WHERE g.GROUP_KEY = :group_key AND g.REGION = :region ORDER BY m.POSITION`
+	selectVersion  = `SELECT VERSION FROM {prefix}GROUP` + whereGroup
+	releaseAll     = `UPDATE {prefix}GROUP_MESSAGE SET RELEASED = 1, METADATA = NULL, PAYLOAD = NULL` + whereGroup + ` AND RELEASED = 0`
+	removeGroup    = `DELETE FROM {prefix}GROUP` + whereGroup
+	removeMessages = `DELETE FROM {prefix}GROUP_MESSAGE` + whereGroup
+	selectDue      = `SELECT CORRELATION_KEY, GROUP_KEY, VERSION, DUE_AT FROM {prefix}GROUP WHERE REGION = :region AND ` +
+		dialect.DueGroup + ` ORDER BY DUE_AT LIMIT :limit`
+	claimOne = `UPDATE {prefix}GROUP SET CLAIMED_UNTIL = {now+:lease}` + whereGroup + ` AND VERSION = :version AND ` +
+		dialect.DueGroup
+)
+
+// The parts of an Update, in the bits of an update shape.
+const (
+	shapeRelease = 1 << iota
+	shapeComplete
+	shapeSequence
+	shapeTimeout
+	shapeClearTimeout
+	shapeIfVersion
+	shapes
+)
+
+// updateStatement is the UPDATE of the group table for an update of shape.
+func updateStatement(shape int) string {
+	set := `VERSION = VERSION + 1, UPDATED_DATE = {now}`
+	if shape&shapeRelease != 0 {
+		set += `, RELEASES = RELEASES + 1, MESSAGE_COUNT = (SELECT COUNT(*) FROM {prefix}GROUP_MESSAGE m ` +
+			`WHERE m.GROUP_KEY = :group_key AND m.REGION = :region AND m.RELEASED = 0)`
+	}
+	if shape&shapeComplete != 0 {
+		set += `, COMPLETE = 1`
+	}
+	if shape&shapeSequence != 0 {
+		set += `, LAST_RELEASED_SEQUENCE = :sequence`
+	}
+	switch {
+	case shape&shapeTimeout != 0:
+		set += dueIn
+	case shape&shapeClearTimeout != 0:
+		set += `, DUE_AT = NULL, CLAIMED_UNTIL = NULL`
+	}
+	where := whereGroup
+	if shape&shapeIfVersion != 0 {
+		where += ` AND VERSION = :version`
+	}
+	return `UPDATE {prefix}GROUP SET ` + set + where
+}
+
+// statements are a store's compiled statements.
+type statements struct {
+	upsert, lockGroup, insertMessage, selectReleased dialect.Query
+	addMessage                                       [2]dialect.Query // without, with a timeout
+	selectGroup, selectVersion                       dialect.Query
+	update                                           [shapes]dialect.Query
+	releaseAll, releaseListed                        dialect.Query
+	remove                                           [2]dialect.Query // any version, a given one
+	removeMessages                                   dialect.Query
+	claimDue, selectDue, claimOne                    dialect.Query
+	sweepMessages, sweepGroups, selectFinished       dialect.Query
+}
+
+// compile compiles the statements of the group tables with prefix for d.
+func compile(d *dialect.Dialect, prefix string) *statements {
+	c := func(template string) dialect.Query {
+		if template == "" {
+			return dialect.Query{}
+		}
+		return d.MustCompile(template, prefix, dialect.GroupParams...)
+	}
+	g := d.Group
+	s := &statements{
+		upsert: c(g.Upsert), lockGroup: c(g.LockGroup), insertMessage: c(g.InsertMessage), selectReleased: c(selectReleased),
+		addMessage:  [2]dialect.Query{c(addMessage + whereGroup), c(addMessage + dueIn + whereGroup)},
+		selectGroup: c(selectGroup), selectVersion: c(selectVersion),
+		releaseAll: c(releaseAll), releaseListed: c(releaseAll + ` AND MESSAGE_KEY IN {list}`),
+		remove:         [2]dialect.Query{c(removeGroup), c(removeGroup + ` AND VERSION = :version`)},
+		removeMessages: c(removeMessages),
+		claimDue:       c(g.ClaimDue), selectDue: c(selectDue), claimOne: c(claimOne),
+		sweepMessages: c(g.SweepMessages), sweepGroups: c(g.SweepGroups), selectFinished: c(g.SelectFinished),
+	}
+	for shape := range s.update {
+		s.update[shape] = c(updateStatement(shape))
+	}
+	return s
+}
+
+// values are the values the group statements' parameters take.
+type values struct {
+	groupKey, region, correlationKey, groupID, messageKey, messageID string
+	position                                                         int64
+	metadata                                                         any // JSON text or nil
+	payload                                                          []byte
+	timeout, version, sequence, lease, retention                     int64
+	limit, batch                                                     int
+}
+
+// args returns the arguments of q, with list in its {list}.
+func (v *values) args(q dialect.Query, list ...any) []any {
+	return q.Args(v.value, list...)
+}
+
+func (v *values) value(name string) any {
+	switch name {
+	case dialect.GroupKey:
+		return v.groupKey
+	case dialect.Region:
+		return v.region
+	case dialect.CorrelationKey:
+		return v.correlationKey
+	case dialect.GroupID:
+		return v.groupID
+	case dialect.MessageKey:
+		return v.messageKey
+	case dialect.MessageID:
+		return v.messageID
+	case dialect.Position:
+		return v.position
+	case dialect.Metadata:
+		return v.metadata
+	case dialect.Payload:
+		return v.payload
+	case dialect.Timeout:
+		return v.timeout
+	case dialect.Version:
+		return v.version
+	case dialect.Sequence:
+		return v.sequence
+	case dialect.Limit:
+		return v.limit
+	case dialect.Lease:
+		return v.lease
+	case dialect.Retention:
+		return v.retention
+	case dialect.Batch:
+		return v.batch
+	}
+	return nil
+}

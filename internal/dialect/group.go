@@ -1,0 +1,76 @@
+package dialect
+
+// The parameters of the message-group statements (the group tables are
+// {prefix}GROUP and {prefix}GROUP_MESSAGE).
+const (
+	GroupKey       = "group_key"       // the name-based UUID of the correlation key
+	CorrelationKey = "correlation_key" // the correlation key itself
+	GroupID        = "group_id"        // a new group's ID
+	MessageKey     = "message_key"     // the name-based UUID of a message's UUID
+	MessageID      = "message_id"      // the message's UUID itself
+	Position       = "position"        // the message's position in its group
+	Metadata       = "metadata"        // the message's metadata as JSON, or NULL
+	Payload        = "payload"         // the message's payload
+	Timeout        = "timeout"         // microseconds from now to the group's due time
+	Version        = "version"         // the version a change expects
+	Sequence       = "sequence"        // the last released sequence number
+	Limit          = "limit"           // the most groups a claim returns
+	Lease          = "lease"           // the microseconds a claim lasts
+	// Region, Retention and Batch are the lock statements'.
+)
+
+// GroupParams are the parameters of the group statements.
+var GroupParams = []string{GroupKey, Region, CorrelationKey, GroupID, MessageKey, MessageID, Position, Metadata,
+	Payload, Timeout, Version, Sequence, Limit, Lease, Retention, Batch}
+
+// GroupColumns are the columns of the group table that Add reads.
+const GroupColumns = `GROUP_ID, COMPLETE, LAST_RELEASED_SEQUENCE, RELEASES, MESSAGE_COUNT, LAST_POSITION, VERSION, CREATED_DATE`
+
+// GroupSQL are a dialect's statements of the message-group tables that
+// differ between dialects.
+type GroupSQL struct {
+	// Upsert creates the group of :group_key unless it exists and, unless
+	// LockGroup is set, returns its row's GroupColumns, locked for the
+	// transaction. LockGroup reads them, locking the row, where the
+	// upsert returns nothing (MySQL).
+	Upsert, LockGroup string
+	// InsertMessage adds the row of :message_key to the group unless the
+	// group has it; it affects no row then.
+	InsertMessage string
+	// ClaimDue claims up to :limit due groups for :lease in one statement
+	// and returns CORRELATION_KEY, GROUP_KEY, VERSION, DUE_AT of each;
+	// where it is "" the store selects due groups and claims each with a
+	// conditional update.
+	ClaimDue string
+	// SweepMessages deletes at most :batch message rows of finished
+	// groups (Finished), and SweepGroups at most :batch finished groups
+	// left without message rows. Where SelectFinished is set (MySQL), it
+	// selects up to :batch finished groups' keys, and the two delete
+	// those of the groups in their {list}.
+	SweepMessages, SweepGroups, SelectFinished string
+}
+
+// finished is the clean-up's condition on a group (alias g) that nothing
+// needs: it is complete, holds no unreleased message, has no due time (no
+// timeout, no scheduled removal) and has not changed for :retention.
+func finished(g string) string {
+	return g + `.REGION = :region AND ` + g + `.COMPLETE = 1 AND ` + g + `.MESSAGE_COUNT = 0 AND ` + g +
+		`.DUE_AT IS NULL AND ` + g + `.UPDATED_DATE < {now-:retention}`
+}
+
+// The upserts of the dialects with ON CONFLICT (PostgreSQL, SQLite).
+const (
+	insertGroup = `INSERT INTO {prefix}GROUP (GROUP_KEY, REGION, CORRELATION_KEY, GROUP_ID, COMPLETE, LAST_RELEASED_SEQUENCE, ` +
+		`RELEASES, MESSAGE_COUNT, LAST_POSITION, VERSION, CREATED_DATE, UPDATED_DATE) ` +
+		`VALUES (:group_key, :region, :correlation_key, :group_id, 0, 0, 0, 0, 0, 0, {now}, {now}) `
+	insertMessage = `INSERT INTO {prefix}GROUP_MESSAGE (GROUP_KEY, REGION, MESSAGE_KEY, MESSAGE_ID, POSITION, RELEASED, ` +
+		`METADATA, PAYLOAD, CREATED_DATE) VALUES (:group_key, :region, :message_key, :message_id, :position, 0, ` +
+		`:metadata, :payload, {now}) `
+
+	upsertGroupReturning = insertGroup + `ON CONFLICT (GROUP_KEY, REGION) DO UPDATE SET GROUP_KEY = excluded.GROUP_KEY ` +
+		`RETURNING ` + GroupColumns
+	insertMessageUnlessThere = insertMessage + `ON CONFLICT (GROUP_KEY, REGION, MESSAGE_KEY) DO NOTHING`
+)
+
+// DueGroup is the condition on a group that is due and not claimed.
+const DueGroup = `DUE_AT <= {now} AND (CLAIMED_UNTIL IS NULL OR CLAIMED_UNTIL <= {now})`
