@@ -27,7 +27,7 @@
 //
 // The middleware returns errors, so that the router nacks the message and
 // Watermill's Retry and PoisonQueue middlewares apply: [ErrNoKey] for a
-// message without a key (or [RunWithoutLock] it, [WithMissingKey]),
+// message without a key (unless [WithMissingKey] says [RunWithoutLock]),
 // [ErrLockTimeout] when the lock was not acquired in time, [ErrLockLost]
 // when the hold ended before the handler returned.
 //
@@ -41,6 +41,8 @@
 //		middleware.Retry{...}.Middleware,
 //		perKey,                       // innermost: one lock per attempt
 //	)
+//
+// for these reasons:
 //
 //   - Retry outside the lock: each attempt takes the lock anew and the
 //     backoff between attempts holds none, so a lock timeout or a lost

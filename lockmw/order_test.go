@@ -173,6 +173,32 @@ func TestRecommendedOrderSendsAMessageWithoutAKeyToThePoisonQueue(t *testing.T) 
 	}
 }
 
+// With PoisonQueueWithFilter refusing ErrLockTimeout, a message that
+// could not get its lock in any attempt is nacked for redelivery, not
+// poisoned.
+func TestPoisonQueueWithFilterNacksLockTimeouts(t *testing.T) {
+	insts := newInstances(t, 2)
+	holder := insts[1].locks.Obtain(lockmw.DefaultPrefix + "k")
+	holder.Lock()
+	defer holder.Unlock()
+	poison := &capture{}
+	pq, err := middleware.PoisonQueueWithFilter(poison, "poison", func(err error) bool {
+		return !errors.Is(err, lockmw.ErrLockTimeout)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := chain(handlerFunc(func(*message.Message) error { return nil }),
+		pq, middleware.Retry{MaxRetries: 2, InitialInterval: time.Millisecond}.Middleware,
+		perKey(t, insts[0].locks, lockmw.WithLockTimeout(10*time.Millisecond)))
+	if _, err := h(msgFor("k")); !errors.Is(err, lockmw.ErrLockTimeout) {
+		t.Errorf("got %v, want ErrLockTimeout returned for a nack", err)
+	}
+	if n := len(poison.published()); n != 0 {
+		t.Errorf("%d messages poisoned, want none", n)
+	}
+}
+
 // Retry inside the lock holds the key through its backoff: another
 // instance cannot take it between the attempts.
 func TestRetryInsidePerKeyHoldsTheKeyThroughItsBackoff(t *testing.T) {
