@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -38,5 +39,33 @@ func TestExampleRunsOnPostgreSQL(t *testing.T) {
 	}
 	if out.String() != want {
 		t.Errorf("output on PostgreSQL:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+// Every line of the README's lockmw snippet is a line of main.go, so that
+// the snippet compiles and runs in these tests.
+func TestTheREADMESnippetIsInMain(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(readme), "## One message per key at a time (Watermill)\n")
+	_, after, ok2 := strings.Cut(after, "```go\n")
+	block, _, ok3 := strings.Cut(after, "```\n")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("README.md has no lockmw section with a go code block")
+	}
+	var lines []string
+	for l := range strings.Lines(string(src)) {
+		lines = append(lines, strings.TrimSpace(l))
+	}
+	for l := range strings.Lines(block) {
+		if l := strings.TrimSpace(l); !slices.Contains(lines, l) {
+			t.Errorf("the README's line %q is not in main.go", l)
+		}
 	}
 }
