@@ -170,6 +170,9 @@ func (p *perKey) keep(l registry.Lock, key string, done, stop <-chan struct{}, k
 		case <-t.C:
 		}
 		failed = renew(l, done, stop)
+		if errors.Is(failed, context.Canceled) {
+			failed = nil // cut short by the end of the hold: nothing to tell
+		}
 		if failed != nil && !errors.Is(failed, registry.ErrLockLost) && !isClosed(done) && !isClosed(stop) {
 			p.logger.Error("Renewing a key's lease failed; retrying", failed, watermill.LogFields{"key": key})
 		}

@@ -69,8 +69,9 @@ func (o *options) validate() error {
 // WithTTL sets the lease each hold takes (default [DefaultTTL]); the
 // middleware renews it every third of d while the handler runs, so d
 // bounds how long a key stays blocked after its holder dies, not how long
-// a handler may run. It applies whatever TTL the registry was made with,
-// because the middleware renews by it. It must be positive.
+// a handler may run. For the middleware's holds it replaces the
+// registry's TTL (registry.WithTTL), because the middleware renews by it.
+// It must be positive.
 func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 
 // WithLockTimeout sets how long a message waits for its key's lock
