@@ -134,7 +134,7 @@ func TestPerKeyPutsTheHoldsTokenInTheMessageContext(t *testing.T) {
 // instances all along, and its result is kept.
 func TestPerKeyRenewsTheLeaseWhileTheHandlerRuns(t *testing.T) {
 	insts := newInstances(t, 2)
-	const ttl = 1500 * time.Millisecond
+	const ttl = 2400 * time.Millisecond // renewed every 800 ms, given up 1.9 s after a renewal
 	h := chain(handlerFunc(func(m *message.Message) error {
 		for insts[0].faults.renewals.Load() < 4 {
 			if !keyHeld(t, insts[1], lockmw.DefaultPrefix+"k") {
@@ -234,14 +234,14 @@ func TestPerKeyLocksThePrefixedKey(t *testing.T) {
 	l := insts[1].locks.Obtain(lockmw.DefaultPrefix + "k")
 	l.Lock()
 	defer l.Unlock()
-	h := chain(handlerFunc(func(*message.Message) error { return nil }),
-		perKey(t, insts[0].locks, lockmw.WithPrefix("orders:"), lockmw.WithLockTimeout(50*time.Millisecond)))
-	if _, err := h(msgFor("k")); err != nil {
+	ok := handlerFunc(func(*message.Message) error { return nil })
+	if _, err := chain(ok, perKey(t, insts[0].locks, lockmw.WithPrefix("orders:")))(msgFor("k")); err != nil {
 		t.Errorf("blocked by the lock of another prefix: %v", err)
 	}
 	o := insts[1].locks.Obtain("orders:k")
 	o.Lock()
 	defer o.Unlock()
+	h := chain(ok, perKey(t, insts[0].locks, lockmw.WithPrefix("orders:"), lockmw.WithLockTimeout(50*time.Millisecond)))
 	if _, err := h(msgFor("k")); !errors.Is(err, lockmw.ErrLockTimeout) {
 		t.Errorf("PerKey returned %v while orders:k was held, want ErrLockTimeout", err)
 	}

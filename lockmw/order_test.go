@@ -3,6 +3,7 @@ package lockmw_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,21 +93,21 @@ func TestRecommendedOrderRetriesALockTimeoutOnceTheKeyIsFree(t *testing.T) {
 	insts := newInstances(t, 2)
 	holder := insts[1].locks.Obtain(lockmw.DefaultPrefix + "k")
 	holder.Lock()
+	release := sync.OnceFunc(holder.Unlock)
 	var retried []error
 	var ran atomic.Int64
 	poison := &capture{}
 	publish := runRouter(t, func(*message.Message) error { ran.Add(1); return nil },
 		poisonQueue(t, poison),
 		retry(func(err error) bool {
-			if retried = append(retried, err); len(retried) == 1 {
-				holder.Unlock()
-			}
+			retried = append(retried, err)
+			release()
 			return true
 		}).Middleware,
-		perKey(t, insts[0].locks, lockmw.WithLockTimeout(20*time.Millisecond)))
+		perKey(t, insts[0].locks, lockmw.WithLockTimeout(100*time.Millisecond)))
 	publish(msgFor("k"))
-	if len(retried) != 1 || !errors.Is(retried[0], lockmw.ErrLockTimeout) {
-		t.Errorf("Retry saw %v, want one ErrLockTimeout", retried)
+	if len(retried) == 0 || slices.ContainsFunc(retried, func(err error) bool { return !errors.Is(err, lockmw.ErrLockTimeout) }) {
+		t.Errorf("Retry saw %v, want ErrLockTimeout (once, unless the machine stalls the retry past its wait)", retried)
 	}
 	if n := ran.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want once", n)
@@ -253,11 +254,12 @@ func TestDeduplicatorInsideRetryAcksTheRetriedAttemptUnhandled(t *testing.T) {
 	insts := newInstances(t, 2)
 	holder := insts[1].locks.Obtain(lockmw.DefaultPrefix + "k")
 	holder.Lock()
+	release := sync.OnceFunc(holder.Unlock)
 	ran := 0
 	h := chain(handlerFunc(func(*message.Message) error { ran++; return nil }),
-		retry(func(error) bool { holder.Unlock(); return true }).Middleware,
+		retry(func(error) bool { release(); return true }).Middleware,
 		dedup().Middleware,
-		perKey(t, insts[0].locks, lockmw.WithLockTimeout(20*time.Millisecond)))
+		perKey(t, insts[0].locks, lockmw.WithLockTimeout(100*time.Millisecond)))
 	if _, err := h(msgFor("k")); err != nil {
 		t.Fatal(err)
 	}
@@ -271,11 +273,12 @@ func TestDeduplicatorOutsideRetryLetsTheRetriedAttemptRun(t *testing.T) {
 	insts := newInstances(t, 2)
 	holder := insts[1].locks.Obtain(lockmw.DefaultPrefix + "k")
 	holder.Lock()
+	release := sync.OnceFunc(holder.Unlock)
 	ran := 0
 	h := chain(handlerFunc(func(*message.Message) error { ran++; return nil }),
 		dedup().Middleware,
-		retry(func(error) bool { holder.Unlock(); return true }).Middleware,
-		perKey(t, insts[0].locks, lockmw.WithLockTimeout(20*time.Millisecond)))
+		retry(func(error) bool { release(); return true }).Middleware,
+		perKey(t, insts[0].locks, lockmw.WithLockTimeout(100*time.Millisecond)))
 	if _, err := h(msgFor("k")); err != nil {
 		t.Fatal(err)
 	}
