@@ -50,6 +50,7 @@ const (
 const (
 	kindAggregator  = "aggregator"
 	kindResequencer = "resequencer"
+	kindPerKey      = "perkey" // perkey_test.go
 )
 
 // The children's lock settings: leases of a killed child expire within
@@ -210,6 +211,9 @@ func (c *childCounters) String() string {
 
 // runChild runs the router of one child until it is told to stop.
 func runChild(cfg childConfig) error {
+	if cfg.Kind == kindPerKey {
+		return runPerKeyChild(cfg)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	ctx, cancel := context.WithCancel(ctx)
