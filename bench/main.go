@@ -49,7 +49,7 @@ type config struct {
 // run per group variant.
 var (
 	lockScenarios = []string{"uncontended", "parallel", "contended", "safety", "cache"}
-	allScenarios  = append(slices.Clone(lockScenarios), groupScenarios...)
+	allScenarios  = append(append(slices.Clone(lockScenarios), groupScenarios...), perKeyScenario)
 )
 
 func main() {
@@ -239,6 +239,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			}
 			add(r)
 		}
+	}
+
+	if want(perKeyScenario) {
+		perKeyRuns(ctx, e, cfg, add) // perkey.go
 	}
 
 	writeMarkdown(out, cfg, e.facts(ctx), results, time.Since(began))

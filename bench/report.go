@@ -36,6 +36,8 @@ func brief(r result) string {
 		return f(r.NsPerOp, 0) + " ns/op, " + f(r.BytesPerOp, 0) + " B/lock"
 	case r.Scenario == "contended":
 		return f(r.OpsPerSec, 0) + " acq/s, hand-off p50 " + f(r.HandP50ms, 2) + " ms, fairness " + f(r.Fairness, 2)
+	case r.Scenario == perKeyScenario:
+		return perKeyBrief(r)
 	case r.Scenario == "aggregator" || r.Scenario == "resequencer":
 		return f(r.MsgsPerSec, 0) + " msgs/s, Handle p50 " + f(r.HandleP50us, 0) + " µs, p99 " + f(r.HandleP99us, 0) +
 			" µs, server tx/msg " + f(r.ServerPerOp, 2) + ", retries " + i64(r.HandleRetries) + ", violations " + i64(r.Violations)
@@ -133,6 +135,7 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 		groupHeader, groupRow)
 	section("resequencer", fmt.Sprintf("resequencer: groups of %d messages shuffled in blocks of %d groups, Handle called directly (ReleasePartialSequences %v)", groupSize, cfg.groupWindow, reseqPartial),
 		groupHeader, groupRow)
+	perKeySection(section)
 	fmt.Fprintln(w, "hand-off: time from a release call returning to the next acquisition by a different instance; \"early\" hand-offs returned before that release call did and count as 0.")
 	fmt.Fprintln(w, "stmts (client): statements sent, counted by a pgx tracer (BEGIN/COMMIT included); – where the driver is not traced.")
 	fmt.Fprintln(w, "server: PostgreSQL transactions (pg_stat_database xact_commit+xact_rollback of the benchmark database) or MariaDB Com_* statements, per operation over the instances' whole life, warm-up included.")

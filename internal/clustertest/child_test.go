@@ -51,6 +51,7 @@ const (
 const (
 	kindAggregator  = "aggregator"
 	kindResequencer = "resequencer"
+	kindPerKey      = "perkey" // perkey_test.go
 )
 
 // The children's lock settings: leases of a killed child expire within
@@ -211,6 +212,9 @@ func (c *childCounters) String() string {
 
 // runChild runs the router of one child until it is told to stop.
 func runChild(cfg childConfig) error {
+	if cfg.Kind == kindPerKey {
+		return runPerKeyChild(cfg)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	ctx, cancel := context.WithCancel(ctx)

@@ -422,6 +422,10 @@ type childStats struct{ handled, failed, lockErrors int64 }
 // reportWriter is a child's standard output: it parses the report lines.
 type reportWriter struct {
 	ready chan struct{} // closed at the ready line
+	// events receives the report lines of other verbs, without the
+	// prefix, for tests whose children report more; a line that finds it
+	// full is dropped.
+	events chan string
 
 	mu       sync.Mutex
 	partial  []byte
@@ -431,7 +435,9 @@ type reportWriter struct {
 	readyHit bool
 }
 
-func newReportWriter() *reportWriter { return &reportWriter{ready: make(chan struct{})} }
+func newReportWriter() *reportWriter {
+	return &reportWriter{ready: make(chan struct{}), events: make(chan string, 64)}
+}
 
 func (w *reportWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
@@ -471,6 +477,11 @@ func (w *reportWriter) line(l string) {
 	case "stats", "final":
 		w.latest = childStats{handled: num("handled"), failed: num("failed"), lockErrors: num("lockerrors")}
 		w.isFinal = w.isFinal || verb == "final"
+	default:
+		select {
+		case w.events <- rest:
+		default:
+		}
 	}
 }
 
