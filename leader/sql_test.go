@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/leader"
 	"github.com/lockreg/lockreg/registry"
@@ -17,7 +18,7 @@ import (
 // yielding: no two terms overlap and the tokens of successive terms
 // increase. On PostgreSQL the waiters are woken by the release.
 func TestOneCandidateLeadsAtATimeOnEachBackend(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
+	forEachDB(t, func(t *testing.T, db testdb.Backend) {
 		const terms = 15
 		region := newRegion(t, db)
 		var (
@@ -29,7 +30,7 @@ func TestOneCandidateLeadsAtATimeOnEachBackend(t *testing.T) {
 			once    sync.Once
 		)
 		for i := range 3 {
-			repo, err := newRepository(db.db, db.dialect, region)
+			repo, err := db.NewRepository(context.Background(), region)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,14 +97,15 @@ func (w *waitCounter) AcquireOrWait(ctx context.Context, key string, ttl time.Du
 // registry, which the release of a yielding leader wakes: it leads
 // although its registry would poll only once an hour.
 func TestOnPostgreSQLTheReleaseOfAYieldingLeaderWakesTheNextCandidate(t *testing.T) {
-	db := openDB(t, backends[0])
+	db := testdb.Postgres(t)
+	createTables(t, db)
 	region := newRegion(t, db)
 	candidate := func(opts ...leader.Option) (*leader.Candidate, *waitCounter) {
-		repo, err := newRepository(db.db, db.dialect, region)
+		repo, err := db.NewRepository(context.Background(), region)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := &waitCounter{LockRepository: repo.(*jdbc.LockRepository)}
+		w := &waitCounter{LockRepository: repo}
 		reg := newRegistry(t, w, registry.WithIdleBetweenTries(time.Hour))
 		return newCandidate(t, reg, "woken", append([]leader.Option{leader.WithTTL(time.Hour)}, opts...)...), w
 	}
