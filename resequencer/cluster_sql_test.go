@@ -28,13 +28,7 @@ import (
 // Every group must come out complete and in order; a release republished
 // after the kill carries the UUIDs of the first attempt.
 func TestReseqClusterReleasesEveryGroupCompleteAndInOrderOnPostgres(t *testing.T) {
-	var pg testdb.Backend
-	for _, db := range testdb.Open(t) {
-		if db.Name == "postgres-pgx" {
-			pg = db
-		}
-	}
-	pg.Require(t)
+	pg := testdb.Postgres(t)
 	const (
 		handlers  = 4
 		workers   = 4 // concurrent deliveries per handler
