@@ -37,7 +37,8 @@ const (
 	ttlEnv     = "LOCKREG_CHAOS_TTL"
 )
 
-// child describes a child process to start.
+// child describes a child process: what the parent starts, and what the
+// child reads back from its environment.
 type child struct {
 	mode       string
 	b          testdb.Backend
@@ -95,18 +96,10 @@ func TestHelperProcess(t *testing.T) {
 	os.Exit(0)
 }
 
-type childEnv struct {
-	b          testdb.Backend
-	run        string
-	keys       []string
-	proc       int
-	workers    int
-	iterations int
-	ttl        time.Duration
-}
-
-func readChildEnv() (*childEnv, error) {
-	c := &childEnv{run: os.Getenv(runEnv), keys: strings.Split(os.Getenv(keysEnv), ","),
+// readChildEnv is, in a child process, the child it was started as, with
+// its database open.
+func readChildEnv() (*child, error) {
+	c := &child{mode: os.Getenv(helperEnv), run: os.Getenv(runEnv), keys: strings.Split(os.Getenv(keysEnv), ","),
 		b: testdb.Backend{Driver: os.Getenv(driverEnv), DSN: os.Getenv(dsnEnv), Dialect: jdbc.Dialect(os.Getenv(dialectEnv))}}
 	var err error
 	if c.proc, err = strconv.Atoi(os.Getenv(procEnv)); err != nil {
@@ -128,7 +121,7 @@ func readChildEnv() (*childEnv, error) {
 }
 
 // registry returns a registry of the child's own client.
-func (c *childEnv) registry(onError func(string, error)) (*registry.Registry, error) {
+func (c *child) registry(onError func(string, error)) (*registry.Registry, error) {
 	repo, err := c.b.NewRepository(context.Background(), c.run)
 	if err != nil {
 		return nil, err
@@ -193,7 +186,7 @@ func childFuzz() error {
 }
 
 // hold takes key's lock once and does the guarded work.
-func (c *childEnv) hold(ctx context.Context, reg *registry.Registry, key string) error {
+func (c *child) hold(ctx context.Context, reg *registry.Registry, key string) error {
 	l := reg.Obtain(key)
 	if err := l.LockContext(ctx); err != nil {
 		return err
