@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
@@ -30,14 +31,15 @@ func isTransient(err error) bool {
 	if errors.Is(err, redis.ErrClosed) { // the caller closed its client
 		return false
 	}
-	if redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsClusterDownError(err) ||
-		redis.IsTryAgainError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err) ||
-		redis.IsNoReplicasError(err) || redis.IsOOMError(err) || redis.HasErrorPrefix(err, "BUSY ") {
-		return true
-	}
-	var rerr redis.Error
-	if errors.As(err, &rerr) {
-		return false // any other reply of the server: WRONGTYPE, NOPERM, WRONGPASS, ...
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		msg := reply.Error()
+		code, _, _ := strings.Cut(msg, " ")
+		switch code {
+		case "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS", "OOM":
+			return true
+		}
+		return msg == "ERR max number of clients reached" // its code, ERR, says nothing
 	}
 	if errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||

@@ -51,7 +51,7 @@ func unavailable(t testing.TB, format string, args ...any) {
 // ends, or skips t (fails it when CI=true) if the server is unreachable.
 func sharedClient(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: redisAddr(), DB: testDB})
+	c := newSharedClient()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -60,6 +60,10 @@ func sharedClient(t testing.TB) *redis.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+func newSharedClient() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: redisAddr(), DB: testDB})
 }
 
 func randomRegion() string { return "test-" + uuid.NewString() }
