@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,7 @@ const healthInterval = 5 * time.Second
 type listener struct {
 	c       redis.UniversalClient
 	channel string
+	me      string // this client: announcements of hand-offs to others are not for us
 	onError func(error)
 
 	mu      sync.Mutex
@@ -43,8 +45,8 @@ type listener struct {
 	done    chan struct{} // closed when the goroutine ends
 }
 
-func newListener(c redis.UniversalClient, channel string, onError func(error)) *listener {
-	return &listener{c: c, channel: channel, onError: onError, subs: make(map[string]map[chan<- struct{}]struct{})}
+func newListener(c redis.UniversalClient, channel, me string, onError func(error)) *listener {
+	return &listener{c: c, channel: channel, me: me, onError: onError, subs: make(map[string]map[chan<- struct{}]struct{})}
 }
 
 func (l *listener) subscribe(ann string, c chan<- struct{}) (stop func()) {
@@ -151,7 +153,13 @@ func (l *listener) session(ctx context.Context, ready *time.Time) error {
 	}
 }
 
-func (l *listener) wake(ann string) {
+// wake passes on an announcement: "ANNOUNCEMENT CLIENT-ID" when a release
+// handed the lease to CLIENT-ID, which is then the only client to wake.
+func (l *listener) wake(payload string) {
+	ann, to, _ := strings.Cut(payload, " ")
+	if to != "" && to != l.me {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for c := range l.subs[ann] {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -13,8 +14,9 @@ import (
 // Defaults of the options. The region is Spring Integration's JDBC
 // default, so that a key means the same in both repositories' docs.
 const (
-	DefaultPrefix = "lockreg:"
-	DefaultRegion = "DEFAULT"
+	DefaultPrefix   = "lockreg:"
+	DefaultRegion   = "DEFAULT"
+	DefaultQueueTTL = time.Second
 )
 
 const (
@@ -32,6 +34,7 @@ type options struct {
 	region     string
 	clientID   string
 	clientSet  bool
+	queueTTL   time.Duration
 	onError    func(error)
 	onErrorSet bool
 }
@@ -59,6 +62,15 @@ func WithClientID(id string) Option {
 	return func(o *options) { o.clientID, o.clientSet = id, true }
 }
 
+// WithQueueTTL sets how long a waiter keeps its place in a key's queue
+// after its last attempt (default 1 s); see Repository.AcquireOrWait. A
+// registry whose idle interval (registry.WithIdleBetweenTries) is longer
+// loses its place between attempts, and a waiter that vanished without
+// leaving holds the others up for at most this long, or for a lease handed
+// to it in that time, for the lease's TTL. Make it a few times the idle
+// interval. It must be positive.
+func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL = d } }
+
 // WithErrorHandler sets the function that receives the errors of the
 // repository's background work, one call per failure: the pub/sub
 // connection that hears released locks, which then reconnects with
@@ -81,7 +93,7 @@ func invalid(option, value, why string) error {
 
 // newConfig applies and checks opts. It does no I/O.
 func newConfig(opts []Option) (*config, error) {
-	c := &config{options: options{prefix: DefaultPrefix, region: DefaultRegion}}
+	c := &config{options: options{prefix: DefaultPrefix, region: DefaultRegion, queueTTL: DefaultQueueTTL}}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&c.options)
@@ -98,6 +110,9 @@ func newConfig(opts []Option) (*config, error) {
 	}
 	if why := checkClientID(c.clientID); why != "" {
 		return nil, invalid("WithClientID", c.clientID, "a client id "+why)
+	}
+	if c.queueTTL <= 0 {
+		return nil, fmt.Errorf("%w: WithQueueTTL(%v): must be positive", ErrInvalidOption, c.queueTTL)
 	}
 	if c.onError == nil {
 		if c.onErrorSet {

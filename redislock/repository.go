@@ -45,8 +45,9 @@ type holding struct {
 }
 
 var (
-	_ registry.Repository = (*Repository)(nil)
-	_ registry.Notifier   = (*Repository)(nil)
+	_ registry.Repository   = (*Repository)(nil)
+	_ registry.Notifier     = (*Repository)(nil)
+	_ registry.HandOffQueue = (*Repository)(nil)
 )
 
 // New returns a repository on c configured by opts. It does no I/O and
@@ -68,7 +69,7 @@ func New(c redis.UniversalClient, opts ...Option) (*Repository, error) {
 	return &Repository{
 		c:      c,
 		cfg:    cfg,
-		ears:   newListener(c, cfg.channel, cfg.onError),
+		ears:   newListener(c, cfg.channel, cfg.clientID, cfg.onError),
 		leases: make(map[string]*holding),
 	}, nil
 }
@@ -122,7 +123,7 @@ func (r *Repository) Acquire(ctx context.Context, key string, ttl time.Duration)
 	if err != nil {
 		return registry.Lease{}, false, err
 	}
-	lease, ok, err := r.acquire(ctx, key, ttl)
+	lease, ok, err := r.acquire(ctx, key, ttl, false)
 	r.end(key, h, lease.Token, ok, err)
 	if err != nil {
 		return registry.Lease{}, false, wrap(ctx, what, err)
@@ -130,23 +131,112 @@ func (r *Repository) Acquire(ctx context.Context, key string, ttl time.Duration)
 	return lease, ok, nil
 }
 
-func (r *Repository) acquire(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
+// AcquireOrWait is Acquire that, when it does not take the lease, puts
+// this client in key's queue, or keeps its place there, for WithQueueTTL;
+// taking the lease leaves the queue. It is still one script, one round
+// trip. Waiters are served in the order they began to wait: Acquire takes
+// a free lease only when no live waiter of another client is ahead, and
+// Release hands the lease to the first live waiter and wakes it (see
+// HandedLease), so a client that releases and asks again at once queues
+// behind the others.
+func (r *Repository) AcquireOrWait(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
+	what := opKey("acquire", key)
+	if ttl <= 0 {
+		return registry.Lease{}, false, fmt.Errorf("%s: ttl %v: %w", what, ttl, registry.ErrInvalidTTL)
+	}
+	h, err := r.begin(what, key)
+	if err != nil {
+		return registry.Lease{}, false, err
+	}
+	lease, ok, err := r.acquire(ctx, key, ttl, true)
+	r.end(key, h, lease.Token, ok, err)
+	if err != nil {
+		return registry.Lease{}, false, wrap(ctx, what, err)
+	}
+	return lease, ok, nil
+}
+
+func (r *Repository) acquire(ctx context.Context, key string, ttl time.Duration, wait bool) (registry.Lease, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return registry.Lease{}, false, err
 	}
 	n := keyNames(r.cfg.prefix, r.cfg.region, key)
 	lease, counter := lifetimes(ttl)
-	res, err := acquireScript.Run(ctx, r.c, []string{n.lock, n.token}, r.cfg.clientID, lease, counter).Int64Slice()
+	queue := "0"
+	if wait {
+		queue = "1"
+	}
+	res, err := acquireScript.Run(ctx, r.c, n.all(), r.cfg.clientID, lease, counter, queue,
+		strconv.FormatInt(millis(r.cfg.queueTTL), 10)).Int64Slice()
 	if err != nil {
 		return registry.Lease{}, false, err
 	}
-	if len(res) != 2 {
-		return registry.Lease{}, false, fmt.Errorf("the acquire script returned %v, want two integers", res)
-	}
-	if res[0] != 1 {
+	switch {
+	case len(res) == 2 && res[0] == 1:
+		return registry.Lease{Token: res[1]}, true, nil
+	case len(res) == 1 && res[0] == 0:
 		return registry.Lease{}, false, nil
 	}
-	return registry.Lease{Token: res[1]}, true, nil
+	return registry.Lease{}, false, fmt.Errorf("the acquire script returned %v, want {1, token} or {0}", res)
+}
+
+// HandedLease reports whether this client holds an unexpired lease on key,
+// one that a release handed it while it waited (see AcquireOrWait), and
+// returns it, with its token and what remains of it as its TTL. It takes
+// nothing: one script that reads, one round trip.
+func (r *Repository) HandedLease(ctx context.Context, key string) (registry.Lease, bool, error) {
+	what := opKey("claim", key)
+	h, err := r.begin(what, key)
+	if err != nil {
+		return registry.Lease{}, false, err
+	}
+	lease, ok, err := r.handed(ctx, key)
+	// A claim that finds nothing says nothing of a lease held before.
+	r.end(key, h, lease.Token, ok, nil)
+	if err != nil {
+		return registry.Lease{}, false, wrap(ctx, what, err)
+	}
+	return lease, ok, nil
+}
+
+func (r *Repository) handed(ctx context.Context, key string) (registry.Lease, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.Lease{}, false, err
+	}
+	n := keyNames(r.cfg.prefix, r.cfg.region, key)
+	res, err := handedScript.Run(ctx, r.c, n.all(), r.cfg.clientID).Int64Slice()
+	switch {
+	case err != nil:
+		return registry.Lease{}, false, err
+	case len(res) == 3 && res[0] == 1 && res[2] > 0:
+		return registry.Lease{Token: res[1], TTL: time.Duration(res[2]) * time.Millisecond}, true, nil
+	case len(res) == 3 && res[0] == 1, len(res) == 1 && res[0] == 0:
+		return registry.Lease{}, false, nil // res[2] <= 0: it expired as the script ran
+	}
+	return registry.Lease{}, false, fmt.Errorf("the claim script returned %v, want {1, token, pttl} or {0}", res)
+}
+
+// Leave takes this client out of key's queue and gives back a lease that a
+// release handed it meanwhile, which it does not hold (handing it on to
+// the next waiter). It is one script, one round trip.
+func (r *Repository) Leave(ctx context.Context, key string) error {
+	what := opKey("leave", key)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	r.mu.Lock()
+	giveBack := "1"
+	if h := r.leases[key]; h != nil && (h.held || h.acquiring > 0) {
+		giveBack = "0"
+	}
+	r.mu.Unlock()
+	n := keyNames(r.cfg.prefix, r.cfg.region, key)
+	_, counter := lifetimes(0)
+	err := leaveScript.Run(ctx, r.c, n.all(), r.cfg.clientID, giveBack, counter, r.cfg.channel, announcement(key)).Err()
+	if err != nil {
+		return wrap(ctx, what, err)
+	}
+	return nil
 }
 
 // begin counts an acquisition of key in flight, from before its script is
@@ -208,7 +298,7 @@ func (r *Repository) Renew(ctx context.Context, key string, ttl time.Duration) e
 	}
 	n := keyNames(r.cfg.prefix, r.cfg.region, key)
 	lease, counter := lifetimes(ttl)
-	ok, err := renewScript.Run(ctx, r.c, []string{n.lock, n.token}, r.cfg.clientID, lease, counter).Bool()
+	ok, err := renewScript.Run(ctx, r.c, n.all(), r.cfg.clientID, lease, counter).Bool()
 	switch {
 	case err != nil:
 		return wrap(ctx, what, err)
@@ -218,10 +308,12 @@ func (r *Repository) Renew(ctx context.Context, key string, ttl time.Duration) e
 	return nil
 }
 
-// Release gives up this client's lease on key: it deletes the lock key,
-// keeping the token counter, and publishes the release on the channel of
-// the prefix and region, which wakes the waiters of other repositories
-// (see Notify). It fails with an error wrapping registry.ErrLockLost when
+// Release gives up this client's lease on key: it hands it to the first
+// live waiter in key's queue (see AcquireOrWait), with a new token and the
+// lease length that waiter asked for, or else deletes the lock key, keeping
+// the token counter; either way it publishes the release on the channel of
+// the prefix and region, which wakes the waiter it handed the lease to, or
+// every waiter of other repositories (see Notify). It fails with an error wrapping registry.ErrLockLost when
 // the lease has expired or belongs to another client. A release whose
 // reply was lost and that the client retries succeeds, since the script
 // records the token it released.
@@ -264,7 +356,7 @@ func (r *Repository) release(ctx context.Context, key string, token int64) (bool
 		released = strconv.FormatInt(token, 10)
 	}
 	_, counter := lifetimes(0)
-	return releaseScript.Run(ctx, r.c, []string{n.lock, n.token}, r.cfg.clientID, released, counter,
+	return releaseScript.Run(ctx, r.c, n.all(), r.cfg.clientID, released, counter,
 		r.cfg.channel, announcement(key)).Bool()
 }
 
@@ -324,7 +416,8 @@ func (r *Repository) Close(ctx context.Context) error {
 }
 
 // Notify arranges for c to receive a value, sent without blocking, when
-// any client of the same prefix and region releases key, and after the
+// a client of the same prefix and region releases key and hands it to this
+// one or to nobody, and after the
 // pub/sub connection was (re-)established, since releases announced
 // meanwhile are lost, until stop is called. The first call opens the
 // connection, one per repository, subscribed to the region's channel,

@@ -74,7 +74,7 @@ func TestCloseReleasesOnlyLeasesLeftBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := r.acquire(ctx, "left", time.Minute); err != nil || !ok {
+	if _, ok, err := r.acquire(ctx, "left", time.Minute, false); err != nil || !ok {
 		t.Fatalf("acquire = %v, %v", ok, err)
 	}
 	r.end("left", h, 0, false, errors.New("the reply was lost"))
