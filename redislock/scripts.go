@@ -23,12 +23,20 @@ const tokenRetention = time.Hour
 // share.
 const prelude = `
 local lock, counter, queue, places = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local t = redis.call('TIME')
-local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local nowms = math.floor(nowus / 1000)
+local nowus, nowms
+
+-- clock reads the server's clock once, when a script first needs it.
+local function clock()
+  if not nowus then
+    local t = redis.call('TIME')
+    nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    nowms = math.floor(nowus / 1000)
+  end
+end
 
 -- issue returns the lock's next token and keeps the counter for life ms.
 local function issue(life)
+  clock()
   local token = redis.call('HINCRBY', counter, 'token', 1)
   if token < nowus then
     token = nowus
@@ -47,6 +55,7 @@ local function first()
       return nil
     end
     local place = redis.call('HGET', places, head)
+    clock()
     if place then
       local expires, ttl = string.match(place, '^(%d+) (%d+)$')
       if expires and tonumber(expires) > nowms then
@@ -66,6 +75,7 @@ end
 -- wait puts who in the queue, keeping its arrival, for place ms from now,
 -- asking for a lease of ttl ms.
 local function wait(who, ttl, place)
+  clock()
   redis.call('ZADD', queue, 'NX', string.format('%d', nowus), who)
   redis.call('HSET', places, who, string.format('%d %s', nowms + tonumber(place), ttl))
   for _, k in ipairs({queue, places}) do
@@ -105,8 +115,8 @@ end
 var acquireScript = redis.NewScript(prelude + `
 local me, ttl = ARGV[1], ARGV[2]
 local owner = redis.call('GET', lock)
+local head = nil
 if owner ~= me then
-  local head = nil
   if not owner then
     head = first()
   end
@@ -118,7 +128,9 @@ if owner ~= me then
   end
 end
 redis.call('SET', lock, me, 'PX', ttl)
-leave(me)
+if head == me then
+  leave(me) -- a client that holds the lease or has no place is not in the queue
+end
 return {1, issue(tonumber(ARGV[3]))}
 `)
 
