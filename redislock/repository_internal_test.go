@@ -98,4 +98,7 @@ func TestCloseReleasesOnlyLeasesLeftBehind(t *testing.T) {
 	if err := r.Release(ctx, "held"); err != nil {
 		t.Errorf("Release after Close: %v", err)
 	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Errorf("the client after the repository's Close: %v; Close must leave it open", err)
+	}
 }
