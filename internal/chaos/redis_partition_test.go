@@ -1,0 +1,141 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockreg/lockreg/redislock"
+	"github.com/lockreg/lockreg/registry"
+)
+
+// redisClient returns a client of LOCKREG_REDIS_ADDR (default
+// 127.0.0.1:6379), logical database 3, the tests' database, at addr if not
+// empty; it fails t when CI=true and skips it otherwise if Redis is
+// unreachable.
+func redisClient(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	server := os.Getenv("LOCKREG_REDIS_ADDR")
+	if server == "" {
+		server = "127.0.0.1:6379"
+	}
+	if addr == "" {
+		addr = server
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, DB: 3})
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("Redis unreachable at %s: %v", addr, err)
+		}
+		t.Skipf("Redis unreachable at %s (set LOCKREG_REDIS_ADDR): %v", addr, err)
+	}
+	return c
+}
+
+func redisServerMillis(t *testing.T, ctx context.Context, c *redis.Client) int64 {
+	t.Helper()
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now.UnixMilli()
+}
+
+func pexpireTime(t *testing.T, ctx context.Context, c *redis.Client, key string) int64 {
+	t.Helper()
+	d, err := c.PExpireTime(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Milliseconds()
+}
+
+// A holder cut off from Redis by a partition, with keep-alive on, sees
+// Done close while its lease is still unexpired by Redis' clock; another
+// client takes the key only after the lease expired, with a greater token;
+// and the cut-off holder's unlock after healing reports the lease lost.
+func TestRedisPartitionedHolderSeesDoneBeforeItsLeaseExpires(t *testing.T) {
+	const ttl = 3 * time.Second
+	direct := redisClient(t, "")
+	p := startProxy(t, direct.Options().Addr)
+	cutOff := redisClient(t, p.Addr())
+	region, key := "chaos-"+uuid.NewString(), "partitioned"
+	lockKey := redislock.DefaultPrefix + "{" + region + ":" + key + "}"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	newReg := func(c *redis.Client, opts ...registry.Option) *registry.Registry {
+		repo, err := redislock.New(c, redislock.WithRegion(region), redislock.WithErrorHandler(func(error) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts = append([]registry.Option{registry.WithTTL(ttl), registry.WithIdleBetweenTries(50 * time.Millisecond),
+			registry.WithErrorHandler(func(string, error) {})}, opts...)
+		r, err := registry.New(repo, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close(context.Background()) })
+		return r
+	}
+	regA, regB := newReg(cutOff, registry.WithKeepAlive()), newReg(direct)
+
+	a := regA.Obtain(key)
+	if err := a.LockContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tokenA, doneA := a.Token(), a.Done()
+	// Keep-alive works through the proxy: the lease is renewed.
+	first := pexpireTime(t, ctx, direct, lockKey)
+	for deadline := time.Now().Add(2 * ttl); pexpireTime(t, ctx, direct, lockKey) == first; {
+		if time.Now().After(deadline) {
+			t.Fatal("the keep-alive did not renew the lease through the proxy")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	p.Cut()
+	select {
+	case <-doneA:
+	case <-time.After(3 * ttl):
+		t.Fatal("Done did not close after the partition")
+	}
+	now := redisServerMillis(t, ctx, direct)
+	last := pexpireTime(t, ctx, direct, lockKey) // final: A cannot reach Redis
+	if now >= last {
+		t.Errorf("Done closed %d ms after the lease expired by Redis' clock", now-last)
+	}
+
+	b := regB.Obtain(key)
+	if err := b.LockContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The acquire script set the expiry to its start + ttl by Redis' clock.
+	if acquiredAt := pexpireTime(t, ctx, direct, lockKey) - ttl.Milliseconds(); acquiredAt <= last {
+		t.Errorf("the other client acquired at %d ms by Redis' clock, not after the partitioned holder's lease expired at %d ms",
+			acquiredAt, last)
+	}
+	tokenB := b.Token()
+	if tokenB <= tokenA {
+		t.Errorf("the new holder's token %d is not greater than the partitioned holder's %d", tokenB, tokenA)
+	}
+	if err := b.UnlockContext(ctx); err != nil {
+		t.Error(err)
+	}
+
+	p.Heal()
+	if err := a.UnlockContext(ctx); !errors.Is(err, registry.ErrLockLost) {
+		t.Errorf("unlock by the partitioned holder after healing: %v, want ErrLockLost", err)
+	}
+	t.Logf("Done closed %d ms before the lease's expiry by Redis' clock; tokens %d then %d", last-now, tokenA, tokenB)
+}
