@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/redislock"
 	"github.com/lockreg/lockreg/registry"
 	"github.com/lockreg/lockreg/registry/registrytest"
@@ -17,7 +18,7 @@ import (
 // the suite checks that tokens keep increasing without them; its missing
 // storage is a client with credentials the server refuses.
 func TestConformance(t *testing.T) {
-	c := sharedClient(t)
+	c := testdb.Redis(t, "")
 	region := randomRegion()
 	registrytest.Run(t, registrytest.Backend{
 		NewRepository: func(t testing.TB) registry.Repository {
@@ -27,8 +28,9 @@ func TestConformance(t *testing.T) {
 			return forgetTokens(ctx, c, redislock.DefaultPrefix, region)
 		},
 		NewMissingStorage: func(t testing.TB) registry.Repository {
-			bad := redis.NewClient(&redis.Options{Addr: redisAddr(), DB: testDB,
-				Username: "lockreg-nobody", Password: "wrong", MaxRetries: -1})
+			opts := testdb.RedisOptions()
+			opts.Username, opts.Password, opts.MaxRetries = "lockreg-nobody", "wrong", -1
+			bad := redis.NewClient(opts)
 			t.Cleanup(func() { bad.Close() })
 			r, err := redislock.New(bad, redislock.WithRegion(region))
 			if err != nil {

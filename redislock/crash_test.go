@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/redislock"
 	"github.com/lockreg/lockreg/registry"
 )
@@ -46,7 +49,7 @@ func childHold() error {
 	if err != nil {
 		return err
 	}
-	c := newSharedClient()
+	c := redis.NewClient(testdb.RedisOptions())
 	repo, err := redislock.New(c, redislock.WithRegion(os.Getenv(regionEnv)))
 	if err != nil {
 		return err
@@ -71,7 +74,7 @@ func childHold() error {
 // clock, never before, with a greater token.
 func TestAHolderKilledMidHoldLosesTheKeyOnlyWhenItsLeaseExpires(t *testing.T) {
 	const ttl = 2 * time.Second
-	c := sharedClient(t)
+	c := testdb.Redis(t, "")
 	ctx := ctxT(t)
 	region, key := randomRegion(), "crash"
 	lk := lockKey(redislock.DefaultPrefix, region, key)

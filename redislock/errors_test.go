@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/redislock"
 	"github.com/lockreg/lockreg/registry"
 )
@@ -88,7 +89,7 @@ func TestAClusterThatIsDownIsTransient(t *testing.T) {
 // A key of the lock's name that holds something else is the caller's
 // problem, not the network's.
 func TestAForeignValueAtTheLockKeyIsNotTransient(t *testing.T) {
-	c := sharedClient(t)
+	c := testdb.Redis(t, "")
 	region := randomRegion()
 	ctx := ctxT(t)
 	lk := lockKey(redislock.DefaultPrefix, region, "k")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/redislock"
 	"github.com/lockreg/lockreg/registry"
 )
@@ -25,7 +26,7 @@ func queued(t testing.TB, c redis.UniversalClient, region, key string) int64 {
 // Waiters in other registries take the lock in the order they began to
 // wait: each release hands it to the first.
 func TestWaitersAreServedInTheOrderTheyBeganToWait(t *testing.T) {
-	c := sharedClient(t)
+	c := testdb.Redis(t, "")
 	ctx := ctxT(t)
 	region := randomRegion()
 	reg := func() *registry.Registry {
@@ -72,7 +73,7 @@ func TestWaitersAreServedInTheOrderTheyBeganToWait(t *testing.T) {
 // A client that releases and asks again at once does not overtake a
 // waiter: the release handed the lease to it.
 func TestAReleaserThatAsksAgainAtOnceQueuesBehindTheWaiter(t *testing.T) {
-	c := sharedClient(t)
+	c := testdb.Redis(t, "")
 	ctx := ctxT(t)
 	region := randomRegion()
 	regA := newRegistry(t, newRepo(t, c, redislock.WithRegion(region)))
@@ -101,7 +102,7 @@ func TestAReleaserThatAsksAgainAtOnceQueuesBehindTheWaiter(t *testing.T) {
 // A release hands the lease to the first waiter with a new token and the
 // length it asked for; the waiter only reads it.
 func TestAReleaseHandsTheLeaseToTheFirstWaiter(t *testing.T) {
-	c := sharedClient(t)
+	c := testdb.Redis(t, "")
 	ctx := ctxT(t)
 	region := randomRegion()
 	a := newRepo(t, c, redislock.WithRegion(region))
@@ -131,7 +132,7 @@ func TestAReleaseHandsTheLeaseToTheFirstWaiter(t *testing.T) {
 // A waiter that leaves without taking a lease handed to it gives it back,
 // to the next waiter.
 func TestALeaseHandedToAWaiterThatLeavesIsPassedOn(t *testing.T) {
-	c := sharedClient(t)
+	c := testdb.Redis(t, "")
 	ctx := ctxT(t)
 	region := randomRegion()
 	a := newRepo(t, c, redislock.WithRegion(region))
@@ -170,7 +171,7 @@ func TestALeaseHandedToAWaiterThatLeavesIsPassedOn(t *testing.T) {
 // release then frees the lease rather than handing it to the vanished
 // waiter.
 func TestALapsedPlaceIsSkipped(t *testing.T) {
-	c := sharedClient(t)
+	c := testdb.Redis(t, "")
 	ctx := ctxT(t)
 	region := randomRegion()
 	const place = 100 * time.Millisecond

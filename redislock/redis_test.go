@@ -2,7 +2,6 @@ package redislock_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -14,10 +13,10 @@ import (
 	"github.com/lockreg/lockreg/redislock"
 )
 
-// The tests use the Redis server at LOCKREG_REDIS_ADDR (default
-// 127.0.0.1:6379), logical database 3, in regions of their own; the fault
-// tests start servers of their own (see server_test.go).
-const testDB = 3
+// The tests use the Redis server of testdb.RedisOptions
+// (LOCKREG_REDIS_ADDR, default 127.0.0.1:6379, logical database 3), in
+// regions of their own; the fault tests start servers of their own (see
+// server_test.go).
 
 // helperEnv names the job of a child process of the test binary (see
 // TestHelperProcess).
@@ -28,42 +27,6 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run()) // a child process: it exits from its test
 	}
 	goleak.VerifyTestMain(m)
-}
-
-func redisAddr() string {
-	if a := os.Getenv("LOCKREG_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
-
-// unavailable fails t when CI=true and skips it otherwise.
-func unavailable(t testing.TB, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-}
-
-// sharedClient returns a client of the shared test server, closed when t
-// ends, or skips t (fails it when CI=true) if the server is unreachable.
-func sharedClient(t testing.TB) *redis.Client {
-	t.Helper()
-	c := newSharedClient()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		c.Close()
-		unavailable(t, "Redis unreachable at %s (set LOCKREG_REDIS_ADDR, or start redis-server): %v", redisAddr(), err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func newSharedClient() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: redisAddr(), DB: testDB})
 }
 
 func randomRegion() string { return "test-" + uuid.NewString() }

@@ -3,28 +3,18 @@ package redislock
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockreg/lockreg/internal/testdb"
 )
 
 func testRepo(t *testing.T) (*Repository, *redis.Client) {
 	t.Helper()
-	addr := os.Getenv("LOCKREG_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	c := redis.NewClient(&redis.Options{Addr: addr, DB: 3})
-	t.Cleanup(func() { c.Close() })
-	if err := c.Ping(context.Background()).Err(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("Redis unreachable at %s: %v", addr, err)
-		}
-		t.Skipf("Redis unreachable at %s (set LOCKREG_REDIS_ADDR): %v", addr, err)
-	}
+	c := testdb.Redis(t, "")
 	r, err := New(c, WithRegion("test-"+uuid.NewString()))
 	if err != nil {
 		t.Fatal(err)

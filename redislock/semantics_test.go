@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/redislock"
 	"github.com/lockreg/lockreg/registry"
 )
@@ -16,7 +17,7 @@ import (
 // an idle interval of an hour, only the announcement can make it try
 // again within the test's 30 s.
 func TestAReleaseWakesAWaiterThatPollsOnceAnHour(t *testing.T) {
-	c := sharedClient(t)
+	c := testdb.Redis(t, "")
 	ctx := ctxT(t)
 	region := randomRegion()
 	regA := newRegistry(t, newRepo(t, c, redislock.WithRegion(region)))
@@ -44,7 +45,7 @@ func TestAReleaseWakesAWaiterThatPollsOnceAnHour(t *testing.T) {
 // Keys, owners and expiry live in Redis as the package documentation
 // says, so operators can read them with redis-cli.
 func TestTheLockKeyHoldsTheOwnerWithTheLeasesExpiry(t *testing.T) {
-	c := sharedClient(t)
+	c := testdb.Redis(t, "")
 	ctx := ctxT(t)
 	region := randomRegion()
 	repo := newRepo(t, c, redislock.WithRegion(region), redislock.WithClientID("worker-1"))
@@ -75,7 +76,7 @@ func TestTheLockKeyHoldsTheOwnerWithTheLeasesExpiry(t *testing.T) {
 
 // Prefixes and regions partition the locks.
 func TestPrefixesAndRegionsDoNotShareLocks(t *testing.T) {
-	c := sharedClient(t)
+	c := testdb.Redis(t, "")
 	ctx := ctxT(t)
 	region := randomRegion()
 	holder := newRepo(t, c, redislock.WithRegion(region))
@@ -104,7 +105,7 @@ func TestPrefixesAndRegionsDoNotShareLocks(t *testing.T) {
 }
 
 func TestBadOptionsAreRejected(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: redisAddr()}) // New does no I/O
+	c := redis.NewClient(testdb.RedisOptions()) // New does no I/O
 	defer c.Close()
 	for name, opts := range map[string][]redislock.Option{
 		"empty prefix":       {redislock.WithPrefix("")},
@@ -134,7 +135,7 @@ func TestBadOptionsAreRejected(t *testing.T) {
 
 // An operation whose context is done returns its error.
 func TestADoneContextIsReturned(t *testing.T) {
-	repo := newRepo(t, sharedClient(t))
+	repo := newRepo(t, testdb.Redis(t, ""))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, _, err := repo.Acquire(ctx, "k", time.Minute); !errors.Is(err, context.Canceled) {

@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os/exec"
 	"strconv"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockreg/lockreg/internal/testdb"
 )
 
 // server is a redis-server of a test's own, a child process on a free
@@ -27,7 +30,7 @@ type server struct {
 func startServer(t testing.TB, args ...string) *server {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		unavailable(t, "redis-server is not installed (Debian package redis-server): %v", err)
+		testdb.Unreachable(t, fmt.Sprintf("redis-server is not installed (Debian package redis-server): %v", err))
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -5,42 +5,16 @@ package chaos
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/redislock"
 	"github.com/lockreg/lockreg/registry"
 )
-
-// redisClient returns a client of LOCKREG_REDIS_ADDR (default
-// 127.0.0.1:6379), logical database 3, the tests' database, at addr if not
-// empty; it fails t when CI=true and skips it otherwise if Redis is
-// unreachable.
-func redisClient(t *testing.T, addr string) *redis.Client {
-	t.Helper()
-	server := os.Getenv("LOCKREG_REDIS_ADDR")
-	if server == "" {
-		server = "127.0.0.1:6379"
-	}
-	if addr == "" {
-		addr = server
-	}
-	c := redis.NewClient(&redis.Options{Addr: addr, DB: 3})
-	t.Cleanup(func() { c.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("Redis unreachable at %s: %v", addr, err)
-		}
-		t.Skipf("Redis unreachable at %s (set LOCKREG_REDIS_ADDR): %v", addr, err)
-	}
-	return c
-}
 
 func redisServerMillis(t *testing.T, ctx context.Context, c *redis.Client) int64 {
 	t.Helper()
@@ -66,9 +40,9 @@ func pexpireTime(t *testing.T, ctx context.Context, c *redis.Client, key string)
 // and the cut-off holder's unlock after healing reports the lease lost.
 func TestRedisPartitionedHolderSeesDoneBeforeItsLeaseExpires(t *testing.T) {
 	const ttl = 3 * time.Second
-	direct := redisClient(t, "")
+	direct := testdb.Redis(t, "")
 	p := startProxy(t, direct.Options().Addr)
-	cutOff := redisClient(t, p.Addr())
+	cutOff := testdb.Redis(t, p.Addr())
 	region, key := "chaos-"+uuid.NewString(), "partitioned"
 	lockKey := redislock.DefaultPrefix + "{" + region + ":" + key + "}"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
