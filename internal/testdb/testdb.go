@@ -1,14 +1,16 @@
 // Package testdb opens the databases lockreg's tests run on: PostgreSQL
 // through pgx and lib/pq, MariaDB, and SQLite (modernc.org/sqlite), with
-// lockreg's tables created, and reads what the tests check there: lease
-// rows and the database's clock. Every package's SQL tests use it,
-// including the fault tests of internal/chaos and the multi-process tests
-// of internal/clustertest and leader. It is imported by tests only.
+// lockreg's tables created, and Redis; and it reads what the tests check
+// there: lease rows and the database's clock. Every package's database
+// tests use it, including the fault tests of internal/chaos and the
+// multi-process tests of internal/clustertest and leader. It is imported
+// by tests only.
 //
-// The servers are found through LOCKREG_POSTGRES_DSN and LOCKREG_MYSQL_DSN
-// (by default a database "test" on 127.0.0.1 with the default ports); a
-// server that cannot be reached fails the test when CI=true and skips it
-// otherwise (see Unreachable).
+// The servers are found through LOCKREG_POSTGRES_DSN, LOCKREG_MYSQL_DSN
+// (by default a database "test" on 127.0.0.1 with the default ports) and
+// LOCKREG_REDIS_ADDR (by default 127.0.0.1:6379); a server that cannot be
+// reached fails the test when CI=true and skips it otherwise (see
+// Unreachable).
 package testdb
 
 import (
