@@ -40,21 +40,7 @@ func TestAPartitionedHolderSeesDoneBeforeItsLeaseExpires(t *testing.T) {
 			t.Fatal(err)
 		}
 		tokenA, doneA := a.Token(), a.Done()
-		// Keep-alive works through the proxy: the lease is renewed.
-		first := b.MustLease(t, run, key)
-		for deadline := time.Now().Add(2 * ttl); b.MustLease(t, run, key).Expires == first.Expires; {
-			if time.Now().After(deadline) {
-				t.Fatal("the keep-alive did not renew the lease through the proxy")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-
-		p.Cut()
-		select {
-		case <-doneA:
-		case <-time.After(3 * ttl):
-			t.Fatal("Done did not close after the partition")
-		}
+		cutAfterRenewal(t, p, ttl, doneA, func() int64 { return b.MustLease(t, run, key).Expires })
 		now, err := b.Clock(ctx)
 		if err != nil {
 			t.Fatal(err)
