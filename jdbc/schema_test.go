@@ -285,3 +285,39 @@ func TestATableThatIsNoLockTableIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// A replica starting while others lock and release: CreateSchema on tables
+// that are complete takes no lock on them, so it neither waits behind nor
+// deadlocks with the lock statements of live traffic (on PostgreSQL, ADD
+// COLUMN IF NOT EXISTS locked the lock table exclusively until the schema
+// transaction ended, and a release, which locks the queue first, deadlocked
+// with it). Here a transaction holds the lock table in ROW EXCLUSIVE mode,
+// as any acquire does, while CreateSchema runs.
+func TestCreateSchemaOnCompleteTablesWaitsForNoLockTraffic(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		if db.Dialect != jdbc.Postgres {
+			t.Skip("requires PostgreSQL's table-level lock modes") // the others need no such lock to skip
+		}
+		st := freshTarget(t, db)
+		p := st.open(t, db)
+		ctx := context.Background()
+		if err := jdbc.CreateSchema(ctx, p, jdbc.WithPrefix(st.prefix)); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := p.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		for _, table := range []string{"LOCK", "LOCK_WAIT"} {
+			if _, err := tx.ExecContext(ctx, `LOCK TABLE `+st.prefix+table+` IN ROW EXCLUSIVE MODE`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := jdbc.CreateSchema(cctx, st.open(t, db), jdbc.WithPrefix(st.prefix)); err != nil {
+			t.Fatalf("CreateSchema beside a transaction writing the lock table: %v", err)
+		}
+	})
+}

@@ -3,6 +3,8 @@ package dialect
 import (
 	"context"
 	"hash/fnv"
+	"regexp"
+	"strings"
 )
 
 // pgNow is PostgreSQL's current UTC wall time, as TIMESTAMP (without time
@@ -99,6 +101,7 @@ var Postgres = register(&Dialect{
 
 	// The calls take turns under a transaction-level advisory lock, and
 	// the statements run in that transaction.
+	skipScript: pgExists,
 	turn: func(ctx, end context.Context, q Querier, key string, f func() error) (bool, error) {
 		h := fnv.New64a()
 		h.Write([]byte(key))
@@ -138,3 +141,36 @@ const (
 		`AND m.REGION = EXCLUDED.REGION AND m.CLIENT_ID = EXCLUDED.CLIENT_ID AND m.WAITING_UNTIL >= EXCLUDED.CREATED_DATE), ` +
 		`EXCLUDED.CREATED_DATE)`
 )
+
+// pgSchemaObject matches the statements of the scripts that create what may
+// exist already: a table, an index, or a column.
+var pgSchemaObject = regexp.MustCompile(`(?is)^(?:CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)|` +
+	`CREATE\s+INDEX\s+IF\s+NOT\s+EXISTS\s+(\w+)|ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+IF\s+NOT\s+EXISTS\s+(\w+))\s`)
+
+// pgExists reports whether statement creates a table, an index or a column
+// that exists already, from the catalog. PostgreSQL's IF NOT EXISTS forms
+// still lock the table (ADD COLUMN takes an ACCESS EXCLUSIVE lock, CREATE
+// INDEX a SHARE lock) until the schema transaction ends: against a release
+// statement, which locks the queue table before the lock table, that
+// deadlocked a CreateSchema run beside live lock traffic. Skipping them takes
+// no lock on the tables at all.
+func pgExists(ctx context.Context, q Querier, statement string) (bool, error) {
+	m := pgSchemaObject.FindStringSubmatch(statement)
+	if m == nil {
+		return false, nil
+	}
+	var query string
+	var args []any
+	switch {
+	case m[1] != "":
+		query, args = `SELECT to_regclass($1) IS NOT NULL`, []any{strings.ToLower(m[1])}
+	case m[2] != "":
+		query, args = `SELECT to_regclass($1) IS NOT NULL`, []any{strings.ToLower(m[2])}
+	default:
+		query = `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped)`
+		args = []any{strings.ToLower(m[3]), strings.ToLower(m[4])}
+	}
+	var exists bool
+	err := q.QueryRowContext(ctx, query, args...).Scan(&exists)
+	return exists, err
+}
