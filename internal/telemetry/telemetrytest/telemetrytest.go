@@ -5,7 +5,10 @@
 package telemetrytest
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -136,3 +139,26 @@ func Attr(span sdktrace.ReadOnlySpan, key attribute.Key) (attribute.Value, bool)
 	}
 	return attribute.Value{}, false
 }
+
+// Buffer is a bytes.Buffer that a logger may write to from other
+// goroutines while the test reads it.
+type Buffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Logger returns a text logger that writes to b.
+func (b *Buffer) Logger() *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
