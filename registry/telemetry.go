@@ -87,7 +87,7 @@ func newTelemetry(o *options, d Description) (*telemetry, error) {
 		wait: in.Seconds("lockreg.lock.wait.duration",
 			"Time from a lock call to its outcome: the local wait, the repository calls and the waits between them.", tel.DurationBuckets),
 		hold: in.Seconds("lockreg.lock.hold.duration",
-			"Time from an acquisition to the end of its release, by how the release ended: released, lost or error.", tel.HoldBuckets),
+			"Time from an acquisition to the end of its release, by outcome: released, lost (Done closed before the unlock, or the unlock found the lease taken) or error.", tel.HoldBuckets),
 		held: in.UpDown("lockreg.lock.held", "{lock}", "Locks held by this registry now."),
 		lost: in.Counter("lockreg.lock.leases_lost", "{lease}",
 			"Holds whose lease was lost or given up before unlock, by reason: expired (not renewed before the safety margin), renewal or release (found taken)."),
@@ -211,6 +211,8 @@ func (h *holdTel) ended(ctx context.Context, span trace.Span, lostBefore bool, e
 		if !lostBefore {
 			h.lost(lossRelease)
 		}
+	case lostBefore:
+		o = 1
 	case err != nil:
 		o = 2
 	}
