@@ -24,7 +24,7 @@ import (
 
 const (
 	otelScenario = "otel"
-	otelRounds   = 3
+	otelRounds   = 6
 )
 
 // otelVariant is one way of running lockreg-pgx in the otel scenario.
