@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/lockreg/lockreg/aggregator"
 	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/internal/testpub"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -26,61 +26,6 @@ func TestMain(m *testing.M) {
 	// goroutine that nothing can stop.
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(
 		"github.com/ThreeDotsLabs/watermill/message/router/middleware.(*mapExpiringKeyRepository).cleanOutLoop"))
-}
-
-// recorder is a publisher that keeps what it is given; failNext makes the
-// next publishes fail.
-type recorder struct {
-	mu       sync.Mutex
-	msgs     map[string][]*message.Message // by topic
-	failNext int
-	changed  chan struct{}
-}
-
-func newRecorder() *recorder {
-	return &recorder{msgs: map[string][]*message.Message{}, changed: make(chan struct{}, 1)}
-}
-
-var errPublish = errors.New("publish failed")
-
-func (r *recorder) Publish(topic string, msgs ...*message.Message) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.failNext > 0 {
-		r.failNext--
-		return errPublish
-	}
-	r.msgs[topic] = append(r.msgs[topic], msgs...)
-	select {
-	case r.changed <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-func (r *recorder) Close() error { return nil }
-
-func (r *recorder) on(topic string) []*message.Message {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.msgs[topic])
-}
-
-// waitFor waits until topic holds n messages, failing t after 10 s.
-func (r *recorder) waitFor(t *testing.T, topic string, n int) []*message.Message {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		if got := r.on(topic); len(got) >= n {
-			return got
-		}
-		select {
-		case <-r.changed:
-		case <-time.After(10 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("topic %s: got %d messages, want %d", topic, len(r.on(topic)), n)
-		}
-	}
 }
 
 // part returns message i of n of group key.
@@ -93,9 +38,9 @@ func part(key string, i, n int) *message.Message {
 	return m
 }
 
-func newAgg(t *testing.T, cfg aggregator.Config) (*aggregator.Aggregator, *recorder) {
+func newAgg(t *testing.T, cfg aggregator.Config) (*aggregator.Aggregator, *testpub.Recorder) {
 	t.Helper()
-	rec := newRecorder()
+	rec := testpub.NewRecorder()
 	if cfg.Publisher == nil {
 		cfg.Publisher = rec
 	}
@@ -132,11 +77,11 @@ func runTimeouts(t *testing.T, a *aggregator.Aggregator) {
 func TestGroupIsReleasedWhenItHoldsSequenceSizeMessages(t *testing.T) {
 	a, rec := newAgg(t, aggregator.Config{})
 	handle(t, a, part("o1", 3, 3), part("o1", 1, 3))
-	if got := rec.on("out"); len(got) != 0 {
+	if got := rec.On("out"); len(got) != 0 {
 		t.Fatalf("released after 2 of 3: %v", got)
 	}
 	handle(t, a, part("o1", 2, 3))
-	out := rec.on("out")
+	out := rec.On("out")
 	if len(out) != 1 {
 		t.Fatalf("got %d outputs, want 1", len(out))
 	}
@@ -156,7 +101,7 @@ func TestReleaseOnCountReleasesEveryNMessagesOfAGroup(t *testing.T) {
 	for i := 1; i <= 4; i++ {
 		handle(t, a, part("k", i, 0))
 	}
-	out := rec.on("out")
+	out := rec.On("out")
 	if len(out) != 2 || string(out[0].Payload) != `[{"item":1},{"item":2}]` || string(out[1].Payload) != `[{"item":3},{"item":4}]` {
 		t.Fatalf("outputs %v", out)
 	}
@@ -177,7 +122,7 @@ func TestReleaseWhenSeesTheWholeGroup(t *testing.T) {
 	if !slices.Equal(seen, []int{1, 2, 3}) {
 		t.Errorf("strategy saw groups of sizes %v", seen)
 	}
-	if out := rec.on("out"); len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2},{"item":3}]` {
+	if out := rec.On("out"); len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2},{"item":3}]` {
 		t.Errorf("outputs %v", out)
 	}
 }
@@ -199,8 +144,8 @@ func TestReleaseWhenReadsTheGroupOncePerMessage(t *testing.T) {
 		return len(g.Messages) == 3
 	})})
 	handle(t, a, part("w", 1, 0), part("w", 2, 0), part("w", 3, 0))
-	if len(rec.on("out")) != 1 {
-		t.Fatalf("outputs %v, want 1", rec.on("out"))
+	if len(rec.On("out")) != 1 {
+		t.Fatalf("outputs %v, want 1", rec.On("out"))
 	}
 	if n := store.gets.Load(); n != 3 {
 		t.Errorf("%d Gets for 3 messages and a release, want 3", n)
@@ -217,10 +162,10 @@ func TestMisfitsAreDroppedWithoutReadingTheGroupAgain(t *testing.T) {
 	handle(t, a, part("t", 1, 2), odd)
 	before := store.gets.Load()
 	handle(t, a, part("t", 2, 2))
-	if d := rec.on("discard"); len(d) != 1 || d[0].UUID != odd.UUID {
+	if d := rec.On("discard"); len(d) != 1 || d[0].UUID != odd.UUID {
 		t.Fatalf("discards %v, want the odd-sized message", d)
 	}
-	if out := rec.on("out"); len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2}]` {
+	if out := rec.On("out"); len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2}]` {
 		t.Fatalf("outputs %v, want the sequence of size 2", out)
 	}
 	if n := store.gets.Load() - before; n != 1 {
@@ -232,11 +177,11 @@ func TestReleaseOnTimeoutReleasesTheGroupWhenItsWindowEnds(t *testing.T) {
 	a, rec := newAgg(t, aggregator.Config{Release: aggregator.ReleaseOnTimeout(), GroupTimeout: 20 * time.Millisecond, PollInterval: 5 * time.Millisecond})
 	handle(t, a, part("win", 1, 2), part("win", 2, 2)) // sequence size is ignored
 	runTimeouts(t, a)
-	out := rec.waitFor(t, "out", 1)
+	out := rec.WaitFor(t, "out", 1)
 	if string(out[0].Payload) != `[{"item":1},{"item":2}]` {
 		t.Errorf("payload %s", out[0].Payload)
 	}
-	if d := rec.on("discard"); len(d) != 0 {
+	if d := rec.On("discard"); len(d) != 0 {
 		t.Errorf("discarded %d", len(d))
 	}
 }
@@ -245,7 +190,7 @@ func TestExpiredGroupIsDiscardedByDefault(t *testing.T) {
 	a, rec := newAgg(t, aggregator.Config{GroupTimeout: 20 * time.Millisecond, PollInterval: 5 * time.Millisecond, DiscardTopic: "discard"})
 	handle(t, a, part("exp", 1, 3), part("exp", 2, 3))
 	runTimeouts(t, a)
-	d := rec.waitFor(t, "discard", 2)
+	d := rec.WaitFor(t, "discard", 2)
 	for _, m := range d {
 		if m.Metadata.Get(aggregator.DiscardReasonKey) != "expired" {
 			t.Errorf("discard reason %q", m.Metadata.Get(aggregator.DiscardReasonKey))
@@ -256,10 +201,10 @@ func TestExpiredGroupIsDiscardedByDefault(t *testing.T) {
 	}
 	// The expired group counts as completed: its last part is late.
 	handle(t, a, part("exp", 3, 3))
-	if d := rec.waitFor(t, "discard", 3); d[2].Metadata.Get(aggregator.DiscardReasonKey) != "late" {
+	if d := rec.WaitFor(t, "discard", 3); d[2].Metadata.Get(aggregator.DiscardReasonKey) != "late" {
 		t.Errorf("third discard %v", d[2].Metadata)
 	}
-	if out := rec.on("out"); len(out) != 0 {
+	if out := rec.On("out"); len(out) != 0 {
 		t.Errorf("outputs %v", out)
 	}
 }
@@ -269,11 +214,11 @@ func TestExpiredGroupSendsAPartialResultWhenConfigured(t *testing.T) {
 		SendPartialResultOnExpiry: true, DiscardTopic: "discard"})
 	handle(t, a, part("p", 2, 3))
 	runTimeouts(t, a)
-	out := rec.waitFor(t, "out", 1)
+	out := rec.WaitFor(t, "out", 1)
 	if string(out[0].Payload) != `[{"item":2}]` {
 		t.Errorf("partial payload %s", out[0].Payload)
 	}
-	if d := rec.on("discard"); len(d) != 0 {
+	if d := rec.On("discard"); len(d) != 0 {
 		t.Errorf("discarded %d", len(d))
 	}
 }
@@ -290,7 +235,7 @@ func TestGroupTimeoutRestartsWithEveryMessageAndReleasedGroupsDoNotExpire(t *tes
 	if !g.Complete || !g.Due.IsZero() {
 		t.Errorf("released group: complete %v, due %v", g.Complete, g.Due)
 	}
-	if len(rec.on("out")) != 1 || len(rec.on("discard")) != 0 {
+	if len(rec.On("out")) != 1 || len(rec.On("discard")) != 0 {
 		t.Error("unexpected outputs or discards")
 	}
 }
@@ -300,11 +245,11 @@ func TestLateMessageToACompletedGroupIsDiscarded(t *testing.T) {
 	handle(t, a, part("late", 1, 2), part("late", 2, 2))
 	extra := part("late", 3, 2)
 	handle(t, a, extra)
-	d := rec.on("discard")
+	d := rec.On("discard")
 	if len(d) != 1 || d[0].UUID != extra.UUID || d[0].Metadata.Get(aggregator.DiscardReasonKey) != "late" {
 		t.Fatalf("discards %v", d)
 	}
-	if len(rec.on("out")) != 1 {
+	if len(rec.On("out")) != 1 {
 		t.Error("the late message changed the output")
 	}
 }
@@ -314,15 +259,15 @@ func TestSecondMessageWithASequenceNumberTheGroupHoldsIsDiscarded(t *testing.T) 
 	twin := part("d", 1, 3)
 	twin.UUID, twin.Payload = "d-1-twin", []byte(`{"item":"twin"}`)
 	handle(t, a, part("d", 1, 3), twin, part("d", 2, 3))
-	if got := rec.on("out"); len(got) != 0 {
+	if got := rec.On("out"); len(got) != 0 {
 		t.Fatalf("released with a duplicate number: %s", got[0].Payload)
 	}
-	d := rec.on("discard")
+	d := rec.On("discard")
 	if len(d) != 1 || d[0].UUID != twin.UUID || d[0].Metadata.Get(aggregator.DiscardReasonKey) != "duplicate sequence number" {
 		t.Fatalf("discards %v, want the twin with reason %q", d, "duplicate sequence number")
 	}
 	handle(t, a, part("d", 3, 3))
-	out := rec.on("out")
+	out := rec.On("out")
 	if len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2},{"item":3}]` {
 		t.Fatalf("outputs %v, want the whole sequence once", out)
 	}
@@ -333,12 +278,12 @@ func TestMessageWhoseSequenceSizeDiffersFromTheGroupsIsDiscarded(t *testing.T) {
 	odd := part("s", 2, 2)
 	odd.UUID = "s-2-of-2"
 	handle(t, a, part("s", 1, 3), odd, part("s", 2, 3))
-	d := rec.on("discard")
+	d := rec.On("discard")
 	if len(d) != 1 || d[0].UUID != odd.UUID || d[0].Metadata.Get(aggregator.DiscardReasonKey) != "sequence size mismatch" {
 		t.Fatalf("discards %v, want the odd-sized message with reason %q", d, "sequence size mismatch")
 	}
 	handle(t, a, part("s", 3, 3))
-	if out := rec.on("out"); len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2},{"item":3}]` {
+	if out := rec.On("out"); len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2},{"item":3}]` {
 		t.Fatalf("outputs %v, want the sequence of size 3", out)
 	}
 }
@@ -356,7 +301,7 @@ func TestDiscardsAreLoggedWithoutADiscardTopic(t *testing.T) {
 	if !found {
 		t.Errorf("no discard logged: %v", logs.Captured())
 	}
-	if len(rec.on("")) != 0 {
+	if len(rec.On("")) != 0 {
 		t.Error("published a discard without a topic")
 	}
 }
@@ -365,9 +310,9 @@ func TestExpireGroupsOnCompletionLetsALaterMessageStartANewGroup(t *testing.T) {
 	a, rec := newAgg(t, aggregator.Config{ExpireGroupsOnCompletion: true, DiscardTopic: "discard"})
 	handle(t, a, part("again", 1, 1))
 	handle(t, a, part("again", 2, 1))
-	out := rec.on("out")
-	if len(out) != 2 || len(rec.on("discard")) != 0 {
-		t.Fatalf("outputs %d, discards %d; want 2 and 0", len(out), len(rec.on("discard")))
+	out := rec.On("out")
+	if len(out) != 2 || len(rec.On("discard")) != 0 {
+		t.Fatalf("outputs %d, discards %d; want 2 and 0", len(out), len(rec.On("discard")))
 	}
 	if out[0].UUID == out[1].UUID {
 		t.Error("releases of two incarnations of a group share an output UUID")
@@ -392,8 +337,8 @@ func TestMinimumTimeoutForEmptyGroupsRemovesTheCompletedGroup(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	handle(t, a, part("e", 2, 1)) // a new group, not a late message
-	if len(rec.on("out")) != 2 || len(rec.on("discard")) != 0 {
-		t.Errorf("outputs %d, discards %d; want 2 and 0", len(rec.on("out")), len(rec.on("discard")))
+	if len(rec.On("out")) != 2 || len(rec.On("discard")) != 0 {
+		t.Errorf("outputs %d, discards %d; want 2 and 0", len(rec.On("out")), len(rec.On("discard")))
 	}
 }
 
@@ -401,13 +346,13 @@ func TestRedeliveredMessageIsCountedOnce(t *testing.T) {
 	a, rec := newAgg(t, aggregator.Config{DiscardTopic: "discard"})
 	m1 := part("r", 1, 2)
 	handle(t, a, m1, m1.Copy(), part("r", 1, 2))
-	if len(rec.on("out")) != 0 {
+	if len(rec.On("out")) != 0 {
 		t.Fatal("a redelivery completed the group")
 	}
 	handle(t, a, part("r", 2, 2))
 	handle(t, a, part("r", 2, 2)) // redelivered after the release
-	if len(rec.on("out")) != 1 || len(rec.on("discard")) != 0 {
-		t.Errorf("outputs %d, discards %d; want 1 and 0", len(rec.on("out")), len(rec.on("discard")))
+	if len(rec.On("out")) != 1 || len(rec.On("discard")) != 0 {
+		t.Errorf("outputs %d, discards %d; want 1 and 0", len(rec.On("out")), len(rec.On("discard")))
 	}
 }
 
@@ -417,7 +362,7 @@ func TestConfiguredMessageIDRecognisesRedeliveries(t *testing.T) {
 	again := part("id", 1, 2)
 	again.UUID = "a new uuid from the broker"
 	handle(t, a, first, again)
-	if len(rec.on("out")) != 0 {
+	if len(rec.On("out")) != 0 {
 		t.Fatal("a redelivery under a new UUID completed the group")
 	}
 }
@@ -425,13 +370,13 @@ func TestConfiguredMessageIDRecognisesRedeliveries(t *testing.T) {
 func TestFailedPublishIsRetriedOnRedeliveryWithTheSameOutputUUID(t *testing.T) {
 	a, rec := newAgg(t, aggregator.Config{})
 	handle(t, a, part("f", 1, 2))
-	rec.failNext = 1
+	rec.FailNext(1)
 	last := part("f", 2, 2)
-	if err := a.Handle(last); !errors.Is(err, errPublish) {
+	if err := a.Handle(last); !errors.Is(err, testpub.ErrPublish) {
 		t.Fatalf("Handle with a failing publisher = %v", err)
 	}
 	handle(t, a, last) // the redelivery
-	out := rec.on("out")
+	out := rec.On("out")
 	if len(out) != 1 {
 		t.Fatalf("outputs %d, want 1", len(out))
 	}
@@ -442,7 +387,7 @@ func TestFailedPublishIsRetriedOnRedeliveryWithTheSameOutputUUID(t *testing.T) {
 	handle(t, b, part("f", 1, 2), part("f", 2, 2))
 	c, rec3 := newAgg(t, aggregator.Config{})
 	handle(t, c, part("f", 1, 2), part("f", 2, 2))
-	if rec2.on("out")[0].UUID == rec3.on("out")[0].UUID {
+	if rec2.On("out")[0].UUID == rec3.On("out")[0].UUID {
 		t.Error("different incarnations of a group share output UUIDs")
 	}
 }
@@ -462,22 +407,6 @@ func TestHeldGroupLockEndsInLockTimeoutNotAHang(t *testing.T) {
 	}
 }
 
-// ctxPublisher blocks until the published message's context ends, and
-// reports its cause; after 10 s it gives up with errNotStopped.
-type ctxPublisher struct{}
-
-var errNotStopped = errors.New("publish was not stopped by the end of its context")
-
-func (ctxPublisher) Publish(_ string, msgs ...*message.Message) error {
-	select {
-	case <-msgs[0].Context().Done():
-		return context.Cause(msgs[0].Context())
-	case <-time.After(10 * time.Second):
-		return errNotStopped
-	}
-}
-func (ctxPublisher) Close() error { return nil }
-
 func TestLostLockStopsTheReleaseBeforeItIsRecorded(t *testing.T) {
 	store := groupstore.NewMemory()
 	locks, err := registry.NewLocal(registry.WithTTL(50 * time.Millisecond))
@@ -485,7 +414,7 @@ func TestLostLockStopsTheReleaseBeforeItIsRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { locks.Close(context.Background()) })
-	a, _ := newAgg(t, aggregator.Config{Publisher: ctxPublisher{}, Store: store, Locks: locks,
+	a, _ := newAgg(t, aggregator.Config{Publisher: testpub.UntilDone{}, Store: store, Locks: locks,
 		Release: aggregator.ReleaseOnCount(1)})
 	if err := a.Handle(part("g", 1, 1)); !errors.Is(err, aggregator.ErrLockLost) {
 		t.Fatalf("Handle: %v, want ErrLockLost", err)
@@ -510,7 +439,7 @@ func TestLockPrefixSeparatesAggregatorsOnOneRegistry(t *testing.T) {
 	l.Lock()
 	defer l.Unlock()
 	handle(t, a, part("k", 1, 1))
-	if len(rec.on("out")) != 1 {
+	if len(rec.On("out")) != 1 {
 		t.Fatal("the group was not released")
 	}
 	held := locks.Obtain("invoices:k")
@@ -529,7 +458,7 @@ func TestCorrelationIsConfigurable(t *testing.T) {
 	x, y := part("x", 1, 2), part("y", 2, 2) // different correlation ids, one customer
 	y.Metadata.Set("customer", x.Metadata.Get("customer"))
 	handle(t, a, x, y)
-	out := rec.on("out")
+	out := rec.On("out")
 	if len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2}]` {
 		t.Fatalf("outputs %v, want one group of both messages", out)
 	}
@@ -545,7 +474,7 @@ func TestOutputFunctionBuildsTheReleasedMessage(t *testing.T) {
 		return m, nil
 	}})
 	handle(t, a, part("o", 1, 2), part("o", 2, 2))
-	out := rec.on("out")
+	out := rec.On("out")
 	if len(out) != 1 || string(out[0].Payload) != "o:2" || out[0].Metadata.Get("kind") != "total" {
 		t.Fatalf("outputs %v, want the output function's message", out)
 	}
@@ -570,7 +499,7 @@ func TestOutputFunctionErrorLeavesTheGroupForARetry(t *testing.T) {
 	}
 	fail = false
 	handle(t, a, last) // the redelivery
-	if out := rec.on("out"); len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2}]` {
+	if out := rec.On("out"); len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2}]` {
 		t.Fatalf("outputs %v after the retry, want the group once", out)
 	}
 }
@@ -587,7 +516,7 @@ func TestMessageWithoutCorrelationKeyIsAnError(t *testing.T) {
 }
 
 func TestInvalidConfigIsRejected(t *testing.T) {
-	pub := newRecorder()
+	pub := testpub.NewRecorder()
 	for name, cfg := range map[string]aggregator.Config{
 		"no publisher":            {OutputTopic: "o"},
 		"no topic":                {Publisher: pub},

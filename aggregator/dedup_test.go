@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/lockreg/lockreg/aggregator"
+	"github.com/lockreg/lockreg/internal/testpub"
 )
 
 // These tests check what the package documentation says of Watermill's
@@ -82,7 +83,7 @@ func (p *lossyAck) Publish(topic string, msgs ...*message.Message) error {
 	}
 	if p.failNext > 0 {
 		p.failNext--
-		return errPublish
+		return testpub.ErrPublish
 	}
 	return nil
 }
@@ -96,7 +97,7 @@ func TestDeduplicatorKeyedByUUIDHandlesARepublishedReleaseOnce(t *testing.T) {
 	a, _ := newAgg(t, aggregator.Config{Publisher: pub, OutputTopic: "orders.aggregated", Release: aggregator.ReleaseOnCount(2)})
 	handle(t, a, plain("o", "o1"))
 	last := plain("o", "o2")
-	if err := a.Handle(last); !errors.Is(err, errPublish) {
+	if err := a.Handle(last); !errors.Is(err, testpub.ErrPublish) {
 		t.Fatalf("Handle with a publish that reports failure = %v", err)
 	}
 	handle(t, a, last) // the redelivery publishes the release again
@@ -157,7 +158,7 @@ func TestDeduplicatorsOfTwoConsumerProcessesEachHandleARepublishedRelease(t *tes
 	pub := &lossyAck{Publisher: &alternate{pubs: []message.Publisher{out1, out2}}, failNext: 1}
 	a, _ := newAgg(t, aggregator.Config{Publisher: pub, OutputTopic: "orders.aggregated", Release: aggregator.ReleaseOnCount(1)})
 	m := plain("p", "p1")
-	if err := a.Handle(m); !errors.Is(err, errPublish) {
+	if err := a.Handle(m); !errors.Is(err, testpub.ErrPublish) {
 		t.Fatalf("Handle with a publish that reports failure = %v", err)
 	}
 	handle(t, a, m) // the redelivery publishes the release again, to the other consumer

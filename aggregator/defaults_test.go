@@ -46,7 +46,7 @@ func TestMessagesWithoutSequenceSizeAreReportedOncePerGroup(t *testing.T) {
 			t.Errorf("report %q does not say what becomes of the group", c.Msg)
 		}
 	}
-	if out := rec.on("out"); len(out) != 0 {
+	if out := rec.On("out"); len(out) != 0 {
 		t.Errorf("released %d groups without sequence sizes", len(out))
 	}
 }
@@ -67,7 +67,7 @@ func TestStrategiesThatNeedNoSequenceSizeDoNotReportItsAbsence(t *testing.T) {
 	if got := sequenceSizeReports(logs); len(got) != 0 {
 		t.Errorf("reports %v under ReleaseOnCount", got)
 	}
-	if out := rec.on("out"); len(out) != 1 || string(out[0].Payload) != `["c1","c2","c3"]` {
+	if out := rec.On("out"); len(out) != 1 || string(out[0].Payload) != `["c1","c2","c3"]` {
 		t.Errorf("outputs %v, want the three plain messages", out)
 	}
 }
@@ -128,10 +128,10 @@ func TestConfiguredStoreAndLocksAreNotLoggedAsDefaults(t *testing.T) {
 func TestLaterMessageWithoutSequenceSizeIsDiscardedWhenItsGroupIsReleased(t *testing.T) {
 	a, rec := newAgg(t, aggregator.Config{DiscardTopic: "discard"})
 	handle(t, a, part("m", 1, 2), plain("m", "m-plain"), part("m", 2, 2))
-	if d := rec.on("discard"); len(d) != 1 || d[0].UUID != "m-plain" {
+	if d := rec.On("discard"); len(d) != 1 || d[0].UUID != "m-plain" {
 		t.Fatalf("discards %v, want the message without a size", d)
 	}
-	if out := rec.on("out"); len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2}]` {
+	if out := rec.On("out"); len(out) != 1 || string(out[0].Payload) != `[{"item":1},{"item":2}]` {
 		t.Fatalf("outputs %v, want the sequence of size 2", out)
 	}
 }

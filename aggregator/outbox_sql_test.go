@@ -23,13 +23,7 @@ import (
 // releases again, and the topic ends with the output exactly once,
 // although the input was delivered three times.
 func TestAggregatorWithAnOutboxPublishesEachOutputExactlyOnceIntoAWatermillSQLTopic(t *testing.T) {
-	var pg testdb.Backend
-	for _, db := range testdb.Open(t) {
-		if db.Name == "postgres-pgx" {
-			pg = db
-		}
-	}
-	pg.Require(t)
+	pg := testdb.Postgres(t)
 	ctx := context.Background()
 	schema := wsql.DefaultPostgreSQLSchema{}
 	topic := "lockreg_outbox_" + strings.ReplaceAll(testdb.RandomRegion()[5:13], "-", "")

@@ -13,6 +13,7 @@ import (
 	"github.com/lockreg/lockreg/aggregator"
 	"github.com/lockreg/lockreg/groupstore/sqlstore"
 	"github.com/lockreg/lockreg/internal/testdb"
+	"github.com/lockreg/lockreg/internal/testpub"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/registry"
 )
@@ -49,7 +50,7 @@ func instance(t *testing.T, db testdb.Backend, region string, pub message.Publis
 func TestAggregatorInstancesSharingASQLStoreReleaseEachGroupOnce(t *testing.T) {
 	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
 		region := testdb.RandomRegion()
-		pub := newRecorder()
+		pub := testpub.NewRecorder()
 		a, b := instance(t, db, region, pub, time.Hour), instance(t, db, region, pub, time.Hour)
 		const groups, size = 10, 3
 		var wg sync.WaitGroup
@@ -74,10 +75,10 @@ func TestAggregatorInstancesSharingASQLStoreReleaseEachGroupOnce(t *testing.T) {
 			}
 		}
 		wg.Wait()
-		if n := len(pub.on("out")); n != groups {
+		if n := len(pub.On("out")); n != groups {
 			t.Errorf("%d outputs for %d groups", n, groups)
 		}
-		if n := len(pub.on("discard")); n != 0 {
+		if n := len(pub.On("discard")); n != 0 {
 			t.Errorf("%d discards", n)
 		}
 	})
@@ -89,7 +90,7 @@ func TestAggregatorInstancesSharingASQLStoreReleaseEachGroupOnce(t *testing.T) {
 func TestGroupTimeoutFiresOnAnotherInstance(t *testing.T) {
 	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
 		region := testdb.RandomRegion()
-		pub := newRecorder()
+		pub := testpub.NewRecorder()
 		dead := instance(t, db, region, pub, 50*time.Millisecond)
 		for i := 1; i <= 2; i++ {
 			if err := dead.Handle(part("lonely", i, 3)); err != nil {
@@ -102,17 +103,17 @@ func TestGroupTimeoutFiresOnAnotherInstance(t *testing.T) {
 		go func() { defer close(done); alive.RunTimeouts(ctx) }()
 		defer func() { cancel(); <-done }()
 		deadline := time.Now().Add(10 * time.Second)
-		for len(pub.on("discard")) < 2 {
+		for len(pub.On("discard")) < 2 {
 			if time.Now().After(deadline) {
-				t.Fatalf("discarded %d of 2", len(pub.on("discard")))
+				t.Fatalf("discarded %d of 2", len(pub.On("discard")))
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 		if err := alive.Handle(part("lonely", 3, 3)); err != nil {
 			t.Fatal(err)
 		}
-		if len(pub.on("discard")) != 3 || len(pub.on("out")) != 0 {
-			t.Errorf("discards %d, outputs %d; want 3 and 0", len(pub.on("discard")), len(pub.on("out")))
+		if len(pub.On("discard")) != 3 || len(pub.On("out")) != 0 {
+			t.Errorf("discards %d, outputs %d; want 3 and 0", len(pub.On("discard")), len(pub.On("out")))
 		}
 	})
 }

@@ -18,7 +18,7 @@ func TestMetricsCountMessagesAndCompletedGroups(t *testing.T) {
 	m := telemetrytest.NewMetrics()
 	a, rec := newAgg(t, aggregator.Config{MeterProvider: m.Provider})
 	handle(t, a, part("g", 1, 2), part("g", 1, 2), part("g", 2, 2))
-	rec.waitFor(t, "out", 1)
+	rec.WaitFor(t, "out", 1)
 	agg := tel.Handler.String("aggregator")
 	if n := m.Sum(t, "lockreg.handler.messages.added", agg, tel.Outcome.String("added")); n != 2 {
 		t.Errorf("%d messages added, want 2", n)
@@ -45,7 +45,7 @@ func TestMetricsCountAnExpiredGroupAndItsDiscardedMessages(t *testing.T) {
 		DiscardTopic: "discard", MeterProvider: m.Provider})
 	handle(t, a, part("exp", 1, 3), part("exp", 2, 3))
 	runTimeouts(t, a)
-	rec.waitFor(t, "discard", 2)
+	rec.WaitFor(t, "discard", 2)
 	waitSum(t, m, "lockreg.handler.groups.expired", 1)
 	if n := m.Sum(t, "lockreg.handler.messages.discarded", tel.Reason.String("expired")); n != 2 {
 		t.Errorf("%d messages discarded as expired, want 2", n)

@@ -35,6 +35,7 @@ type env struct {
 	sqliteDir string
 	sqliteDSN string
 	sqliteErr error
+	redis     *redisEnv // see redis.go
 
 	verbose bool
 	logMu   sync.Mutex
@@ -79,6 +80,7 @@ func openEnv(ctx context.Context, cfg config) *env {
 	e.setupPostgres(ctx, cfg)
 	e.setupMariaDB(ctx, cfg)
 	e.setupSQLite(ctx)
+	e.setupRedis(ctx)
 	return e
 }
 
@@ -92,6 +94,7 @@ func (e *env) close() {
 	if e.sqliteDir != "" {
 		os.RemoveAll(e.sqliteDir)
 	}
+	e.redis.close()
 }
 
 func ping(ctx context.Context, db *sql.DB) error {
@@ -207,6 +210,8 @@ func (e *env) unavailable(c contestant) error {
 		return e.pgErr
 	case "mariadb":
 		return e.myErr
+	case "redis":
+		return e.redis.err
 	default:
 		return e.sqliteErr
 	}
@@ -240,6 +245,8 @@ func (e *env) reset(ctx context.Context, c contestant) error {
 		defer db.Close()
 		_, err = db.ExecContext(ctx, "DELETE FROM "+lockregPrefix+"LOCK")
 		return err
+	case "redis":
+		return e.redis.reset(ctx)
 	}
 	return nil
 }
@@ -348,6 +355,7 @@ func (e *env) facts(ctx context.Context) [][2]string {
 		db.Close()
 		f = append(f, [2]string{"SQLite", fmt.Sprintf("%s (modernc.org/sqlite), file in %s, journal_mode=%s, synchronous=%d, busy_timeout=5000", v, os.TempDir(), jm, syn)})
 	}
+	f = append(f, e.redis.fact(ctx))
 	return f
 }
 

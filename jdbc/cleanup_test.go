@@ -78,7 +78,7 @@ func TestCleanupKeepsTokensIncreasing(t *testing.T) {
 			t.Fatal(err)
 		}
 		testdb.WaitFor(t, "the clean-up of the released row", func() bool {
-			_, found := db.leaseOf(t, table, region, "k")
+			_, found := db.Lease(t, table, region, "k")
 			return !found
 		})
 		next, ok, err := repo.Acquire(ctx, "k", longTTL)
@@ -108,7 +108,7 @@ func TestCleanupSparesARowWhoseTokenIsAheadOfTheClock(t *testing.T) {
 		testdb.WaitFor(t, "the clean-up of the dead rows", func() bool { return db.CountRows(t, table, "LOCK_KEY", region, "dead") == 0 })
 		spy.NextPass(t)
 
-		if _, found := db.leaseOf(t, table, region, "ahead"); !found {
+		if _, found := db.Lease(t, table, region, "ahead"); !found {
 			t.Fatal("the clean-up deleted the row whose token is ahead of the clock")
 		}
 		lease, ok, err := repo.Acquire(context.Background(), "ahead", longTTL)

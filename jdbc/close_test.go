@@ -205,7 +205,7 @@ func TestCustomQueryExpandsMacrosAndKeepsColonsInStrings(t *testing.T) {
 		if err := repo.Release(t.Context(), "k"); err != nil {
 			t.Fatal(err)
 		}
-		l, ok := db.leaseOf(t, table, region, jdbc.UUIDKey("k"))
+		l, ok := db.Lease(t, table, region, jdbc.UUIDKey("k"))
 		if !ok || l.Remaining >= 0 || l.Created.Year() != 2000 || l.Created.Hour() != 0 {
 			t.Fatalf("the row after the custom release: %+v, %v; want it expired and created 2000-01-01 00:00:00", l, ok)
 		}

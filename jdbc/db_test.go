@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,7 +39,6 @@ func sqliteDB(t testing.TB) testDB { return testDB{testdb.SQLite(t)} }
 var (
 	randomRegion = testdb.RandomRegion
 	openPool     = testdb.OpenPool
-	sqliteMillis = testdb.SQLiteMillis
 )
 
 // sqliteTime is the layout of times in SQLite's lock table.
@@ -68,46 +66,6 @@ func newRepoOn(t testing.TB, db jdbc.DB, opts ...jdbc.Option) *jdbc.LockReposito
 		}
 	})
 	return repo
-}
-
-// lease is a row of the lock table as the tests see it.
-type lease struct {
-	ClientID  string
-	Remaining time.Duration // EXPIRED_AFTER minus the database's now
-	Created   time.Time     // CREATED_DATE, UTC wall time
-}
-
-// leaseOf reads the row of lockKey in region from table, or reports false.
-func (db testDB) leaseOf(t testing.TB, table, region, lockKey string) (lease, bool) {
-	t.Helper()
-	remaining := db.Remaining(`EXPIRED_AFTER`)
-	var (
-		l       lease
-		micros  int64
-		created any
-	)
-	err := db.DB.QueryRowContext(context.Background(),
-		db.Q(`SELECT CLIENT_ID, `+remaining+`, CREATED_DATE FROM `+table+` WHERE REGION = ? AND LOCK_KEY = ?`),
-		region, lockKey).Scan(&l.ClientID, &micros, &created)
-	if errors.Is(err, sql.ErrNoRows) {
-		return lease{}, false
-	}
-	if err != nil {
-		t.Fatalf("reading the lease of %s: %v", lockKey, err)
-	}
-	l.ClientID = strings.TrimRight(l.ClientID, " ")
-	l.Remaining = time.Duration(micros) * time.Microsecond
-	switch c := created.(type) {
-	case time.Time:
-		l.Created = c
-	case string:
-		if l.Created, err = time.Parse(sqliteTime, c); err != nil {
-			t.Fatalf("CREATED_DATE %q: %v", c, err)
-		}
-	default:
-		t.Fatalf("CREATED_DATE is a %T", created)
-	}
-	return l, true
 }
 
 // connDB is one connection of a pool as a jdbc.DB, for tests that set

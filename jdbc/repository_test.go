@@ -14,6 +14,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"go.uber.org/goleak"
 
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/registry"
 )
@@ -62,9 +63,9 @@ func wantLockLost(t testing.TB, op string, err error) {
 	}
 }
 
-func wantOwner(t testing.TB, db testDB, region, key string, owner *jdbc.LockRepository) lease {
+func wantOwner(t testing.TB, db testDB, region, key string, owner *jdbc.LockRepository) testdb.Lease {
 	t.Helper()
-	l, ok := db.leaseOf(t, table, region, jdbc.UUIDKey(key))
+	l, ok := db.Lease(t, table, region, jdbc.UUIDKey(key))
 	if !ok {
 		t.Fatalf("no row for %q", key)
 	}
@@ -78,14 +79,14 @@ func wantOwner(t testing.TB, db testDB, region, key string, owner *jdbc.LockRepo
 // in the table, expired, with their fencing token.
 func wantReleased(t testing.TB, db testDB, region, key string) {
 	t.Helper()
-	if l, ok := db.leaseOf(t, table, region, jdbc.UUIDKey(key)); ok && l.Remaining > 0 {
+	if l, ok := db.Lease(t, table, region, jdbc.UUIDKey(key)); ok && l.Remaining > 0 {
 		t.Fatalf("row of %q is still leased: %+v", key, l)
 	}
 }
 
 func wantNoRow(t testing.TB, db testDB, region, key string) {
 	t.Helper()
-	if l, ok := db.leaseOf(t, table, region, jdbc.UUIDKey(key)); ok {
+	if l, ok := db.Lease(t, table, region, jdbc.UUIDKey(key)); ok {
 		t.Fatalf("row of %q still exists: %+v", key, l)
 	}
 }
@@ -402,7 +403,7 @@ func TestASpringRowHeldByAnotherClientIsRespected(t *testing.T) {
 		mustNotAcquire(t, repo, "order-42", longTTL)
 		wantLockLost(t, "Renew", repo.Renew(t.Context(), "order-42", longTTL))
 		wantLockLost(t, "Release", repo.Release(t.Context(), "order-42"))
-		if l, _ := db.leaseOf(t, table, region, jdbc.UUIDKey("order-42")); l.ClientID != spring {
+		if l, _ := db.Lease(t, table, region, jdbc.UUIDKey("order-42")); l.ClientID != spring {
 			t.Fatalf("the Spring client lost its row to %q", l.ClientID)
 		}
 	})
@@ -430,7 +431,7 @@ func TestKeysAreMappedLikeSpringsUUIDConverter(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		region, a, b := twoClients(t, db)
 		mustAcquire(t, a, "foo", longTTL)
-		if _, ok := db.leaseOf(t, table, region, "acbd18db-4cc2-385c-adef-654fccc4a4d8"); !ok {
+		if _, ok := db.Lease(t, table, region, "acbd18db-4cc2-385c-adef-654fccc4a4d8"); !ok {
 			t.Fatal(`no row with LOCK_KEY acbd18db-4cc2-385c-adef-654fccc4a4d8 for key "foo"`)
 		}
 		// A UUID key is its own LOCK_KEY, in lower case: the same lock.
@@ -511,7 +512,7 @@ func TestCustomKeyMappingIsUsed(t *testing.T) {
 		region := randomRegion()
 		repo := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithKeyMapping(func(k string) string { return "k-" + k }))
 		mustAcquire(t, repo, "x", longTTL)
-		if _, ok := db.leaseOf(t, table, region, "k-x"); !ok {
+		if _, ok := db.Lease(t, table, region, "k-x"); !ok {
 			t.Fatal(`no row with LOCK_KEY "k-x"`)
 		}
 		if err := repo.Release(t.Context(), "x"); err != nil {
@@ -594,10 +595,10 @@ func TestCustomPrefixUsesItsOwnTable(t *testing.T) {
 			t.Fatal(err)
 		}
 		mustAcquire(t, repo, "k", longTTL)
-		if _, ok := db.leaseOf(t, "TEST_LOCK", region, jdbc.UUIDKey("k")); !ok {
+		if _, ok := db.Lease(t, "TEST_LOCK", region, jdbc.UUIDKey("k")); !ok {
 			t.Fatal("no row in TEST_LOCK")
 		}
-		if _, ok := db.leaseOf(t, table, region, jdbc.UUIDKey("k")); ok {
+		if _, ok := db.Lease(t, table, region, jdbc.UUIDKey("k")); ok {
 			t.Fatal("a row in INT_LOCK")
 		}
 		if err := repo.Release(t.Context(), "k"); err != nil {

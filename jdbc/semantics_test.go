@@ -113,7 +113,7 @@ func TestAPollingClientDoesNotTakeAnExpiredLeaseAheadOfAListeningWaiter(t *testi
 		go func() { got <- r.Obtain("k").LockContext(ctx) }()
 		waitQueued(t, db, region, "k", waiting.ClientID())
 		for {
-			lease, ok := db.leaseOf(t, table, region, jdbc.UUIDKey("k"))
+			lease, ok := db.Lease(t, table, region, jdbc.UUIDKey("k"))
 			if ok && lease.Remaining < 0 {
 				break
 			}
@@ -146,11 +146,11 @@ func TestCloseWithACustomReleaseQueryOnlyExpiresItsOwnLeftoverRows(t *testing.T)
 		if err := repo.Close(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		left, ok := db.leaseOf(t, table, region, jdbc.UUIDKey("left-behind"))
+		left, ok := db.Lease(t, table, region, jdbc.UUIDKey("left-behind"))
 		if !ok || left.Remaining >= 0 {
 			t.Fatalf("the row left behind: present %v, %v remaining; want it kept and expired", ok, left.Remaining)
 		}
-		if held, ok := db.leaseOf(t, table, region, jdbc.UUIDKey("held-by-other")); !ok || held.ClientID != other.ClientID() || held.Remaining <= 0 {
+		if held, ok := db.Lease(t, table, region, jdbc.UUIDKey("held-by-other")); !ok || held.ClientID != other.ClientID() || held.Remaining <= 0 {
 			t.Fatalf("the other client's row: present %v, %+v; want it untouched", ok, held)
 		}
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,50 +22,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // (each is granted after the previous one was revoked), and the tokens of
 // successive terms increase.
 func TestOneCandidateLeadsAtATimeAcrossYields(t *testing.T) {
-	const terms = 40
 	mem := registrytest.NewMemory()
-	var (
-		active  atomic.Int32
-		mu      sync.Mutex
-		tokens  []int64
-		leaders = map[int]bool{}
-		enough  = make(chan struct{})
-		once    sync.Once
-	)
+	r := newRotation(t, 40)
 	for i := range 4 {
 		reg := newRegistry(t, mem.NewClient())
-		newCandidate(t, reg, "overlap", leader.WithBusyWait(10*time.Millisecond),
-			leader.OnGranted(func(term *leader.Term) {
-				if n := active.Add(1); n != 1 {
-					t.Errorf("candidate %d granted while %d others lead", i, n-1)
-				}
-				mu.Lock()
-				tokens = append(tokens, term.Token())
-				leaders[i] = true
-				if len(tokens) == terms {
-					once.Do(func() { close(enough) })
-				}
-				mu.Unlock()
-				time.Sleep(time.Millisecond) // lead a little
-				term.Yield()
-			}),
-			leader.OnRevoked(func(*leader.Term) { active.Add(-1) }))
+		newCandidate(t, reg, "overlap", append(r.options(i, time.Millisecond), leader.WithBusyWait(10*time.Millisecond))...)
 	}
-	select {
-	case <-enough:
-	case <-time.After(patience):
-		t.Fatal("too few terms")
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	for i := 1; i < len(tokens); i++ {
-		if tokens[i] <= tokens[i-1] {
-			t.Errorf("term %d has token %d, not greater than the previous term's %d", i, tokens[i], tokens[i-1])
-		}
-	}
-	if len(leaders) < 2 {
-		t.Errorf("only %d candidate led in %d terms: no hand-over was tested", len(leaders), len(tokens))
-	}
+	r.check()
 }
 
 // A candidate that yields ends its term (its context's cause is

@@ -138,3 +138,66 @@ func eventually(t testing.TB, what string, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// rotation records the terms of candidates that hand the leadership
+// around by yielding, failing the test when two overlap.
+type rotation struct {
+	t       *testing.T
+	want    int
+	active  atomic.Int32
+	mu      sync.Mutex
+	tokens  []int64
+	leaders map[int]bool
+	enough  chan struct{}
+	once    sync.Once
+}
+
+// newRotation returns a rotation that is complete after terms terms.
+func newRotation(t *testing.T, terms int) *rotation {
+	return &rotation{t: t, want: terms, leaders: map[int]bool{}, enough: make(chan struct{})}
+}
+
+// options returns candidate i's OnGranted, which records the term, leads
+// for lead and yields, and OnRevoked.
+func (r *rotation) options(i int, lead time.Duration) []leader.Option {
+	return []leader.Option{
+		leader.OnGranted(func(term *leader.Term) {
+			if n := r.active.Add(1); n != 1 {
+				r.t.Errorf("candidate %d granted while %d others lead", i, n-1)
+			}
+			r.mu.Lock()
+			r.tokens = append(r.tokens, term.Token())
+			r.leaders[i] = true
+			if len(r.tokens) == r.want {
+				r.once.Do(func() { close(r.enough) })
+			}
+			r.mu.Unlock()
+			time.Sleep(lead)
+			term.Yield()
+		}),
+		leader.OnRevoked(func(*leader.Term) { r.active.Add(-1) }),
+	}
+}
+
+// check waits for the terms and fails the test unless their tokens
+// increase and more than one candidate led; it returns how many terms and
+// leaders it saw.
+func (r *rotation) check() (terms, leaders int) {
+	r.t.Helper()
+	select {
+	case <-r.enough:
+	case <-time.After(patience):
+		r.t.Fatal("too few terms")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := 1; i < len(r.tokens); i++ {
+		if r.tokens[i] <= r.tokens[i-1] {
+			r.t.Errorf("term %d has token %d, not greater than the previous term's %d", i, r.tokens[i], r.tokens[i-1])
+		}
+	}
+	if len(r.leaders) < 2 {
+		r.t.Errorf("only %d candidate led in %d terms: no hand-over was tested", len(r.leaders), len(r.tokens))
+	}
+	return len(r.tokens), len(r.leaders)
+}

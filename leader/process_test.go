@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/leader"
 	"github.com/lockreg/lockreg/registry"
@@ -44,12 +45,12 @@ type child struct {
 }
 
 // startChild starts a child for db and region doing mode.
-func startChild(t *testing.T, ctx context.Context, db testDB, region, mode string, proc int, ttl time.Duration, terms int) *child {
+func startChild(t *testing.T, ctx context.Context, db testdb.Backend, region, mode string, proc int, ttl time.Duration, terms int) *child {
 	t.Helper()
 	c := &child{lines: make(chan string, 16)}
 	c.cmd = exec.CommandContext(ctx, os.Args[0], "-test.run=^TestLeaderProcessHelper$", "-test.count=1")
 	c.cmd.Env = append(os.Environ(),
-		helperEnv+"="+mode, driverEnv+"="+db.driver, dsnEnv+"="+db.dsn, dialectEnv+"="+string(db.dialect),
+		helperEnv+"="+mode, driverEnv+"="+db.Driver, dsnEnv+"="+db.DSN, dialectEnv+"="+string(db.Dialect),
 		regionEnv+"="+region, ttlEnv+"="+ttl.String(), procEnv+"="+strconv.Itoa(proc), termsEnv+"="+strconv.Itoa(terms))
 	c.cmd.Stderr = &c.err
 	c.cmd.WaitDelay = 5 * time.Second
@@ -110,7 +111,7 @@ func TestAKilledLeaderIsReplacedOnlyAfterItsLeaseExpires(t *testing.T) {
 	// A TTL long enough that the lease surely outlives the moment the
 	// parent reads it after the kill.
 	const ttl = 4 * time.Second
-	forEachDB(t, func(t *testing.T, db testDB) {
+	forEachDB(t, func(t *testing.T, db testdb.Backend) {
 		region := newRegion(t, db)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*patience)
 		defer cancel()
@@ -124,9 +125,9 @@ func TestAKilledLeaderIsReplacedOnlyAfterItsLeaseExpires(t *testing.T) {
 
 		a.kill(t)
 		killed := time.Now()
-		last := readLease(t, db, region, processRole) // final: its holder is dead
-		if last.fence != killedToken {
-			t.Fatalf("the lease carries token %d, not the killed leader's %d: read too late", last.fence, killedToken)
+		last := db.MustLease(t, region, processRole) // final: its holder is dead
+		if last.Fence != killedToken {
+			t.Fatalf("the lease carries token %d, not the killed leader's %d: read too late", last.Fence, killedToken)
 		}
 		token := b.granted(t)
 		took := time.Since(killed)
@@ -135,12 +136,12 @@ func TestAKilledLeaderIsReplacedOnlyAfterItsLeaseExpires(t *testing.T) {
 		}
 		// jdbc's token is the database's clock, in microseconds, when the
 		// acquisition ran (or the last token plus one, if greater).
-		if token < last.expires {
+		if token < last.Expires {
 			t.Errorf("the new leader acquired the lease %v before the killed leader's lease expired, by the database's clock",
-				time.Duration(last.expires-token)*time.Microsecond)
+				time.Duration(last.Expires-token)*time.Microsecond)
 		}
 		t.Logf("killed leader (token %d) replaced %v after SIGKILL, %v after its lease expired by the database's clock (TTL %v)",
-			killedToken, took.Round(time.Millisecond), (time.Duration(token-last.expires) * time.Microsecond).Round(time.Millisecond), ttl)
+			killedToken, took.Round(time.Millisecond), (time.Duration(token-last.Expires) * time.Microsecond).Round(time.Millisecond), ttl)
 	})
 }
 
@@ -153,11 +154,9 @@ func TestLeadershipPassesBetweenProcessesWithoutOverlap(t *testing.T) {
 		procs = 3
 		terms = 4 // per process
 	)
-	forEachDB(t, func(t *testing.T, db testDB) {
+	forEachDB(t, func(t *testing.T, db testdb.Backend) {
 		region := newRegion(t, db)
-		if _, err := db.db.Exec(rebind(db.dialect, `INSERT INTO leader_counter (region, n, fence) VALUES (?, 0, 0)`), region); err != nil {
-			t.Fatal(err)
-		}
+		db.Exec(t, `INSERT INTO leader_counter (region, n, fence) VALUES (?, 0, 0)`, region)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*patience)
 		defer cancel()
 		var wg sync.WaitGroup
@@ -176,7 +175,7 @@ func TestLeadershipPassesBetweenProcessesWithoutOverlap(t *testing.T) {
 			return
 		}
 
-		rows, err := db.db.Query(rebind(db.dialect, `SELECT token, proc, started, ended FROM leader_term WHERE region = ? ORDER BY token`), region)
+		rows, err := db.DB.Query(db.Q(`SELECT token, proc, started, ended FROM leader_term WHERE region = ? ORDER BY token`), region)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +210,7 @@ func TestLeadershipPassesBetweenProcessesWithoutOverlap(t *testing.T) {
 			t.Errorf("%d terms recorded, want %d", n, procs*terms)
 		}
 		var count int64
-		if err := db.db.QueryRow(rebind(db.dialect, `SELECT n FROM leader_counter WHERE region = ?`), region).Scan(&count); err != nil {
+		if err := db.DB.QueryRow(db.Q(`SELECT n FROM leader_counter WHERE region = ?`), region).Scan(&count); err != nil {
 			t.Fatal(err)
 		}
 		if count != int64(n) {
@@ -240,7 +239,6 @@ func TestLeaderProcessHelper(t *testing.T) {
 }
 
 func runChild(mode string) error {
-	dialect := jdbc.Dialect(os.Getenv(dialectEnv))
 	region := os.Getenv(regionEnv)
 	ttl, err := time.ParseDuration(os.Getenv(ttlEnv))
 	if err != nil {
@@ -254,12 +252,12 @@ func runChild(mode string) error {
 	if err != nil {
 		return err
 	}
-	db, err := sql.Open(os.Getenv(driverEnv), os.Getenv(dsnEnv))
-	if err != nil {
+	db := testdb.Backend{Driver: os.Getenv(driverEnv), DSN: os.Getenv(dsnEnv), Dialect: jdbc.Dialect(os.Getenv(dialectEnv))}
+	if db.DB, err = sql.Open(db.Driver, db.DSN); err != nil {
 		return err
 	}
-	defer db.Close()
-	repo, err := newRepository(db, dialect, region)
+	defer db.DB.Close()
+	repo, err := db.NewRepository(context.Background(), region)
 	if err != nil {
 		return err
 	}
@@ -275,7 +273,7 @@ func runChild(mode string) error {
 	case "hold":
 		return childHold(ctx, reg, ttl)
 	case "rotate":
-		return childRotate(ctx, reg, db, dialect, region, proc, ttl, terms)
+		return childRotate(ctx, reg, db, region, proc, ttl, terms)
 	}
 	return fmt.Errorf("unknown mode %q", mode)
 }
@@ -300,7 +298,7 @@ func childHold(ctx context.Context, reg *registry.Registry, ttl time.Duration) e
 // childRotate leads terms times: each time it records the term's start,
 // increments the counter guarded by its token, leads a while (past a
 // renewal), records the end and yields.
-func childRotate(ctx context.Context, reg *registry.Registry, db *sql.DB, d jdbc.Dialect, region string, proc int,
+func childRotate(ctx context.Context, reg *registry.Registry, db testdb.Backend, region string, proc int,
 	ttl time.Duration, terms int) error {
 	c, err := leader.New(reg, processRole, leader.WithTTL(ttl), leader.WithBusyWait(300*time.Millisecond),
 		leader.WithErrorHandler(func(err error) { fmt.Fprintln(os.Stderr, err) }))
@@ -308,21 +306,17 @@ func childRotate(ctx context.Context, reg *registry.Registry, db *sql.DB, d jdbc
 		return err
 	}
 	defer c.Close(context.Background())
-	now := func(ctx context.Context) (n int64, err error) {
-		err = db.QueryRowContext(ctx, `SELECT `+nowMicros(d)).Scan(&n)
-		return n, err
-	}
 	for i := range terms {
 		term, err := c.Wait(ctx)
 		if err != nil {
 			return err
 		}
 		tctx := term.Context()
-		started, err := now(tctx)
+		started, err := db.Clock(tctx)
 		if err != nil {
 			return fmt.Errorf("term %d: %w", i, err)
 		}
-		res, err := db.ExecContext(tctx, rebind(d, `UPDATE leader_counter SET n = n + 1, fence = ? WHERE region = ? AND fence < ?`),
+		res, err := db.DB.ExecContext(tctx, db.Q(`UPDATE leader_counter SET n = n + 1, fence = ? WHERE region = ? AND fence < ?`),
 			term.Token(), region, term.Token())
 		if err != nil {
 			return fmt.Errorf("term %d: %w", i, err)
@@ -335,14 +329,14 @@ func childRotate(ctx context.Context, reg *registry.Registry, db *sql.DB, d jdbc
 		case <-tctx.Done():
 			return fmt.Errorf("term %d ended early: %w", i, context.Cause(tctx))
 		}
-		ended, err := now(tctx)
+		ended, err := db.Clock(tctx)
 		if err != nil {
 			return fmt.Errorf("term %d: %w", i, err)
 		}
 		if tctx.Err() != nil {
 			return fmt.Errorf("term %d ended early: %w", i, context.Cause(tctx))
 		}
-		if _, err := db.ExecContext(ctx, rebind(d, `INSERT INTO leader_term (region, token, proc, started, ended) VALUES (?, ?, ?, ?, ?)`),
+		if _, err := db.DB.ExecContext(ctx, db.Q(`INSERT INTO leader_term (region, token, proc, started, ended) VALUES (?, ?, ?, ?, ?)`),
 			region, term.Token(), proc, started, ended); err != nil {
 			return fmt.Errorf("term %d: %w", i, err)
 		}

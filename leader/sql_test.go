@@ -2,11 +2,11 @@ package leader_test
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/leader"
 	"github.com/lockreg/lockreg/registry"
@@ -17,56 +17,21 @@ import (
 // yielding: no two terms overlap and the tokens of successive terms
 // increase. On PostgreSQL the waiters are woken by the release.
 func TestOneCandidateLeadsAtATimeOnEachBackend(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		const terms = 15
+	forEachDB(t, func(t *testing.T, db testdb.Backend) {
 		region := newRegion(t, db)
-		var (
-			active  atomic.Int32
-			mu      sync.Mutex
-			tokens  []int64
-			leaders = map[int]bool{}
-			enough  = make(chan struct{})
-			once    sync.Once
-		)
+		r := newRotation(t, 15)
 		for i := range 3 {
-			repo, err := newRepository(db.db, db.dialect, region)
+			repo, err := db.NewRepository(context.Background(), region)
 			if err != nil {
 				t.Fatal(err)
 			}
 			reg := newRegistry(t, repo)
-			newCandidate(t, reg, "sql-overlap", leader.WithTTL(5*time.Second), leader.WithBusyWait(50*time.Millisecond),
-				leader.WithErrorHandler(func(err error) { t.Logf("candidate %d: %v", i, err) }),
-				leader.OnGranted(func(term *leader.Term) {
-					if n := active.Add(1); n != 1 {
-						t.Errorf("candidate %d granted while %d others lead", i, n-1)
-					}
-					mu.Lock()
-					tokens = append(tokens, term.Token())
-					leaders[i] = true
-					if len(tokens) == terms {
-						once.Do(func() { close(enough) })
-					}
-					mu.Unlock()
-					term.Yield()
-				}),
-				leader.OnRevoked(func(*leader.Term) { active.Add(-1) }))
+			newCandidate(t, reg, "sql-overlap", append(r.options(i, 0), leader.WithTTL(5*time.Second),
+				leader.WithBusyWait(50*time.Millisecond),
+				leader.WithErrorHandler(func(err error) { t.Logf("candidate %d: %v", i, err) }))...)
 		}
-		select {
-		case <-enough:
-		case <-time.After(patience):
-			t.Fatal("too few terms")
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for i := 1; i < len(tokens); i++ {
-			if tokens[i] <= tokens[i-1] {
-				t.Errorf("term %d has token %d, not greater than the previous term's %d", i, tokens[i], tokens[i-1])
-			}
-		}
-		if len(leaders) < 2 {
-			t.Errorf("only %d candidate led in %d terms: no hand-over was tested", len(leaders), len(tokens))
-		}
-		t.Logf("%d terms, led by %d candidates", len(tokens), len(leaders))
+		terms, leaders := r.check()
+		t.Logf("%d terms, led by %d candidates", terms, leaders)
 	})
 }
 
@@ -96,14 +61,15 @@ func (w *waitCounter) AcquireOrWait(ctx context.Context, key string, ttl time.Du
 // registry, which the release of a yielding leader wakes: it leads
 // although its registry would poll only once an hour.
 func TestOnPostgreSQLTheReleaseOfAYieldingLeaderWakesTheNextCandidate(t *testing.T) {
-	db := openDB(t, backends[0])
+	db := testdb.Postgres(t)
+	createTables(t, db)
 	region := newRegion(t, db)
 	candidate := func(opts ...leader.Option) (*leader.Candidate, *waitCounter) {
-		repo, err := newRepository(db.db, db.dialect, region)
+		repo, err := db.NewRepository(context.Background(), region)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := &waitCounter{LockRepository: repo.(*jdbc.LockRepository)}
+		w := &waitCounter{LockRepository: repo}
 		reg := newRegistry(t, w, registry.WithIdleBetweenTries(time.Hour))
 		return newCandidate(t, reg, "woken", append([]leader.Option{leader.WithTTL(time.Hour)}, opts...)...), w
 	}

@@ -16,32 +16,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/lockreg/lockreg/aggregator"
+	"github.com/lockreg/lockreg/internal/testpub"
 	"github.com/lockreg/lockreg/lockmw"
 )
 
 // These tests check what the package documentation says of the order of
 // middlewares, with Watermill's own Retry, PoisonQueue and Deduplicator.
-
-// capture is a publisher that keeps what it is given.
-type capture struct {
-	mu   sync.Mutex
-	msgs []*message.Message
-}
-
-func (c *capture) Publish(_ string, msgs ...*message.Message) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.msgs = append(c.msgs, msgs...)
-	return nil
-}
-
-func (c *capture) Close() error { return nil }
-
-func (c *capture) published() []*message.Message {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]*message.Message(nil), c.msgs...)
-}
 
 // runRouter runs h behind mws, added with router.AddMiddleware(mws...), on
 // a GoChannel whose Publish returns once the message is acked; it returns
@@ -96,7 +76,7 @@ func TestRecommendedOrderRetriesALockTimeoutOnceTheKeyIsFree(t *testing.T) {
 	release := sync.OnceFunc(holder.Unlock)
 	var retried []error
 	var ran atomic.Int64
-	poison := &capture{}
+	poison := testpub.NewRecorder()
 	publish := runRouter(t, func(*message.Message) error { ran.Add(1); return nil },
 		poisonQueue(t, poison),
 		retry(func(err error) bool {
@@ -112,7 +92,7 @@ func TestRecommendedOrderRetriesALockTimeoutOnceTheKeyIsFree(t *testing.T) {
 	if n := ran.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want once", n)
 	}
-	if n := len(poison.published()); n != 0 {
+	if n := len(poison.On("poison")); n != 0 {
 		t.Errorf("%d messages in the poison queue, want none", n)
 	}
 }
@@ -154,7 +134,7 @@ func TestRecommendedOrderRetriesARunWhoseLeaseWasLost(t *testing.T) {
 // message without a key goes to the poison queue at once, unhandled.
 func TestRecommendedOrderSendsAMessageWithoutAKeyToThePoisonQueue(t *testing.T) {
 	insts := newInstances(t, 1)
-	poison := &capture{}
+	poison := testpub.NewRecorder()
 	var ran, attempts atomic.Int64
 	publish := runRouter(t, func(*message.Message) error { ran.Add(1); return nil },
 		poisonQueue(t, poison),
@@ -162,7 +142,7 @@ func TestRecommendedOrderSendsAMessageWithoutAKeyToThePoisonQueue(t *testing.T) 
 		perKey(t, insts[0].locks))
 	m := msgFor("")
 	publish(m)
-	got := poison.published()
+	got := poison.On("poison")
 	if len(got) != 1 || got[0].UUID != m.UUID {
 		t.Fatalf("poison queue holds %d messages, want the one without a key", len(got))
 	}
@@ -182,7 +162,7 @@ func TestPoisonQueueWithFilterNacksLockTimeouts(t *testing.T) {
 	holder := insts[1].locks.Obtain(lockmw.DefaultPrefix + "k")
 	holder.Lock()
 	defer holder.Unlock()
-	poison := &capture{}
+	poison := testpub.NewRecorder()
 	pq, err := middleware.PoisonQueueWithFilter(poison, "poison", func(err error) bool {
 		return !errors.Is(err, lockmw.ErrLockTimeout)
 	})
@@ -195,7 +175,7 @@ func TestPoisonQueueWithFilterNacksLockTimeouts(t *testing.T) {
 	if _, err := h(msgFor("k")); !errors.Is(err, lockmw.ErrLockTimeout) {
 		t.Errorf("got %v, want ErrLockTimeout returned for a nack", err)
 	}
-	if n := len(poison.published()); n != 0 {
+	if n := len(poison.On("poison")); n != 0 {
 		t.Errorf("%d messages poisoned, want none", n)
 	}
 }
@@ -312,7 +292,7 @@ func correlated(id string) *message.Message {
 // group lock and releases the group.
 func TestPerKeyInFrontOfTheAggregatorTakesALockOfItsOwn(t *testing.T) {
 	insts := newInstances(t, 1)
-	out := &capture{}
+	out := testpub.NewRecorder()
 	agg := aggregate(t, insts, out)
 	mw, err := lockmw.PerKey(insts[0].locks, lockmw.KeyFromMetadata(aggregator.CorrelationIDKey))
 	if err != nil {
@@ -324,7 +304,7 @@ func TestPerKeyInFrontOfTheAggregatorTakesALockOfItsOwn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(out.published()); n != 1 {
+	if n := len(out.On("aggregated")); n != 1 {
 		t.Errorf("%d outputs, want 1", n)
 	}
 }
@@ -334,7 +314,7 @@ func TestPerKeyInFrontOfTheAggregatorTakesALockOfItsOwn(t *testing.T) {
 // with its lock timeout.
 func TestPerKeyWithTheAggregatorsPrefixMakesItTimeOut(t *testing.T) {
 	insts := newInstances(t, 1)
-	agg := aggregate(t, insts, &capture{})
+	agg := aggregate(t, insts, testpub.NewRecorder())
 	mw, err := lockmw.PerKey(insts[0].locks, lockmw.KeyFromMetadata(aggregator.CorrelationIDKey),
 		lockmw.WithPrefix(aggregator.DefaultLockPrefix))
 	if err != nil {

@@ -22,7 +22,8 @@
 // other.
 //
 // The repository for SQL databases is in package
-// github.com/lockreg/lockreg/jdbc; [NewLocal] needs no database.
+// github.com/lockreg/lockreg/jdbc, the one for Redis in package
+// github.com/lockreg/lockreg/redislock; [NewLocal] needs no database.
 //
 // # Observability
 //

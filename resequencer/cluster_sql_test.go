@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockreg/lockreg/groupstore/sqlstore"
 	"github.com/lockreg/lockreg/internal/testdb"
+	"github.com/lockreg/lockreg/internal/testpub"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/registry"
 	"github.com/lockreg/lockreg/resequencer"
@@ -28,13 +29,7 @@ import (
 // Every group must come out complete and in order; a release republished
 // after the kill carries the UUIDs of the first attempt.
 func TestReseqClusterReleasesEveryGroupCompleteAndInOrderOnPostgres(t *testing.T) {
-	var pg testdb.Backend
-	for _, db := range testdb.Open(t) {
-		if db.Name == "postgres-pgx" {
-			pg = db
-		}
-	}
-	pg.Require(t)
+	pg := testdb.Postgres(t)
 	const (
 		handlers  = 4
 		workers   = 4 // concurrent deliveries per handler
@@ -46,7 +41,7 @@ func TestReseqClusterReleasesEveryGroupCompleteAndInOrderOnPostgres(t *testing.T
 		groupsN = 50
 	}
 	region := testdb.RandomRegion()
-	out := newRecorder()
+	out := testpub.NewRecorder()
 
 	// The workload: every message once, a fifth again, shuffled.
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -156,7 +151,7 @@ func TestReseqClusterReleasesEveryGroupCompleteAndInOrderOnPostgres(t *testing.T
 	}
 
 	byGroup := map[string][]*message.Message{}
-	for _, m := range out.on("out") {
+	for _, m := range out.On("out") {
 		key := m.Metadata.Get("correlation_id")
 		byGroup[key] = append(byGroup[key], m)
 	}
@@ -184,7 +179,7 @@ func TestReseqClusterReleasesEveryGroupCompleteAndInOrderOnPostgres(t *testing.T
 			t.Fatalf("group %s: released %v, want 1..%d", key, firsts, sizeN)
 		}
 	}
-	if d := out.on("discard"); len(d) != 0 {
+	if d := out.On("discard"); len(d) != 0 {
 		t.Errorf("discarded %d redeliveries, want none", len(d))
 	}
 	var perHandler []int64

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
+	"github.com/lockreg/lockreg/internal/testpub"
 	"github.com/lockreg/lockreg/resequencer"
 )
 
@@ -62,7 +63,7 @@ func TestInMemoryDefaultsAreLoggedOnceToTheRoutersLogger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := newRecorder()
+	rec := testpub.NewRecorder()
 	q, err := resequencer.New(resequencer.Config{Publisher: rec, OutputTopic: "out"})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +78,7 @@ func TestInMemoryDefaultsAreLoggedOnceToTheRoutersLogger(t *testing.T) {
 	}
 	r.Close()
 	<-done
-	if got := len(rec.on("out")); got != 2 {
+	if got := len(rec.On("out")); got != 2 {
 		t.Fatalf("released %d messages, want 2", got)
 	}
 

@@ -13,6 +13,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/internal/testpub"
 	"github.com/lockreg/lockreg/registry"
 	"github.com/lockreg/lockreg/registry/registrytest"
 	"github.com/lockreg/lockreg/resequencer"
@@ -58,7 +59,7 @@ func TestOutputPerGroupIsStrictlyIncreasingAndCompleteForAnyArrival(t *testing.T
 		}
 
 		store := groupstore.NewMemory()
-		rec := newRecorder()
+		rec := testpub.NewRecorder()
 		leases := registrytest.NewMemory()
 		shared, err := registry.NewLocal()
 		if err != nil {
@@ -107,7 +108,7 @@ func TestOutputPerGroupIsStrictlyIncreasingAndCompleteForAnyArrival(t *testing.T
 
 		byGroup := map[string][]int{}
 		uuids := map[string]bool{}
-		for _, m := range rec.on("out") {
+		for _, m := range rec.On("out") {
 			key := m.Metadata.Get("correlation_id")
 			byGroup[key] = append(byGroup[key], seqs([]*message.Message{m})[0])
 			if uuids[m.UUID] {
@@ -128,7 +129,7 @@ func TestOutputPerGroupIsStrictlyIncreasingAndCompleteForAnyArrival(t *testing.T
 		// Of two messages with one number, one is released and the other
 		// discarded (once per delivery if it reached a complete group).
 		discardedNumbers := map[string]bool{}
-		for _, m := range rec.on("discard") {
+		for _, m := range rec.On("discard") {
 			n := fmt.Sprintf("%s/%s", m.Metadata.Get("correlation_id"), m.Metadata.Get("sequence_number"))
 			if r := m.Metadata.Get(resequencer.DiscardReasonKey); !copied[n] || r != "late" && r != "duplicate" {
 				rt.Fatalf("discarded %s as %q", m.UUID, r)

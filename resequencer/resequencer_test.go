@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,78 +16,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/internal/testpub"
 	"github.com/lockreg/lockreg/registry"
 	"github.com/lockreg/lockreg/resequencer"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// recorder is a publisher that keeps what it is given, in Publish order;
-// failNext makes the next publishes fail and block, when set, holds each
-// Publish until it is closed.
-type recorder struct {
-	mu       sync.Mutex
-	msgs     map[string][]*message.Message // by topic
-	failNext int
-	failed   []string // UUIDs of failed publishes
-	block    chan struct{}
-	changed  chan struct{}
-}
-
-func newRecorder() *recorder {
-	return &recorder{msgs: map[string][]*message.Message{}, changed: make(chan struct{}, 1)}
-}
-
-var errPublish = errors.New("publish failed")
-
-func (r *recorder) Publish(topic string, msgs ...*message.Message) error {
-	r.mu.Lock()
-	block := r.block
-	r.mu.Unlock()
-	if block != nil {
-		<-block
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.failNext > 0 {
-		r.failNext--
-		for _, m := range msgs {
-			r.failed = append(r.failed, m.UUID)
-		}
-		return errPublish
-	}
-	r.msgs[topic] = append(r.msgs[topic], msgs...)
-	select {
-	case r.changed <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-func (r *recorder) Close() error { return nil }
-
-func (r *recorder) on(topic string) []*message.Message {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.msgs[topic])
-}
-
-// waitFor waits until topic holds n messages, failing t after 10 s.
-func (r *recorder) waitFor(t *testing.T, topic string, n int) []*message.Message {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		if got := r.on(topic); len(got) >= n {
-			return got
-		}
-		select {
-		case <-r.changed:
-		case <-time.After(10 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("topic %s: got %d messages, want %d", topic, len(r.on(topic)), n)
-		}
-	}
-}
 
 // part returns message seq of a group of size n (n 0: no size) with UUID
 // key-seq.
@@ -106,9 +39,9 @@ func partWithID(id, key string, seq, n int) *message.Message {
 	return m
 }
 
-func newReseq(t *testing.T, cfg resequencer.Config) (*resequencer.Resequencer, *recorder) {
+func newReseq(t *testing.T, cfg resequencer.Config) (*resequencer.Resequencer, *testpub.Recorder) {
 	t.Helper()
-	rec := newRecorder()
+	rec := testpub.NewRecorder()
 	if cfg.Publisher == nil {
 		cfg.Publisher = rec
 	}
@@ -180,10 +113,10 @@ func runTimeouts(t *testing.T, q *resequencer.Resequencer) {
 func TestWholeSequenceIsReleasedInOrderOnlyWhenComplete(t *testing.T) {
 	q, rec := newReseq(t, resequencer.Config{})
 	handle(t, q, part("g", 3, 3), part("g", 1, 3))
-	wantSeqs(t, rec.on("out"))
+	wantSeqs(t, rec.On("out"))
 	handle(t, q, part("g", 2, 3))
-	wantSeqs(t, rec.on("out"), 1, 2, 3)
-	if got := payloads(rec.on("out")); !slices.Equal(got, []string{"g-1", "g-2", "g-3"}) {
+	wantSeqs(t, rec.On("out"), 1, 2, 3)
+	if got := payloads(rec.On("out")); !slices.Equal(got, []string{"g-1", "g-2", "g-3"}) {
 		t.Errorf("payloads %v", got)
 	}
 }
@@ -191,13 +124,13 @@ func TestWholeSequenceIsReleasedInOrderOnlyWhenComplete(t *testing.T) {
 func TestPartialSequencesAreReleasedAsEachRunCompletes(t *testing.T) {
 	q, rec := newReseq(t, resequencer.Config{ReleasePartialSequences: true})
 	handle(t, q, part("g", 2, 5))
-	wantSeqs(t, rec.on("out"))
+	wantSeqs(t, rec.On("out"))
 	handle(t, q, part("g", 1, 5))
-	wantSeqs(t, rec.on("out"), 1, 2)
+	wantSeqs(t, rec.On("out"), 1, 2)
 	handle(t, q, part("g", 5, 5), part("g", 4, 5))
-	wantSeqs(t, rec.on("out"), 1, 2)
+	wantSeqs(t, rec.On("out"), 1, 2)
 	handle(t, q, part("g", 3, 5))
-	wantSeqs(t, rec.on("out"), 1, 2, 3, 4, 5)
+	wantSeqs(t, rec.On("out"), 1, 2, 3, 4, 5)
 }
 
 func TestLastReleasedSequenceIsKeptInTheStore(t *testing.T) {
@@ -232,21 +165,21 @@ func TestLateMessageIsDiscardedAndDoesNotStallLaterReleases(t *testing.T) {
 	q, rec := newReseq(t, resequencer.Config{ReleasePartialSequences: true})
 	handle(t, q, part("g", 1, 4), part("g", 2, 4))
 	handle(t, q, partWithID("late-copy", "g", 2, 4))
-	if got := rec.on("discard"); len(got) != 1 || got[0].UUID != "late-copy" || reasons(got)[0] != "late" {
+	if got := rec.On("discard"); len(got) != 1 || got[0].UUID != "late-copy" || reasons(got)[0] != "late" {
 		t.Fatalf("discarded %v with reasons %v, want late-copy as late", payloads(got), reasons(got))
 	}
 	handle(t, q, part("g", 3, 4))
-	wantSeqs(t, rec.on("out"), 1, 2, 3)
+	wantSeqs(t, rec.On("out"), 1, 2, 3)
 }
 
 func TestDuplicateSequenceNumberIsDiscardedAtOnce(t *testing.T) {
 	q, rec := newReseq(t, resequencer.Config{ReleasePartialSequences: true})
 	handle(t, q, part("g", 2, 2), partWithID("second-2", "g", 2, 2))
-	if got := rec.on("discard"); len(got) != 1 || got[0].UUID != "second-2" || reasons(got)[0] != "duplicate" {
+	if got := rec.On("discard"); len(got) != 1 || got[0].UUID != "second-2" || reasons(got)[0] != "duplicate" {
 		t.Fatalf("discarded %v with reasons %v, want second-2 as duplicate", payloads(got), reasons(got))
 	}
 	handle(t, q, part("g", 1, 2))
-	if got := payloads(rec.on("out")); !slices.Equal(got, []string{"g-1", "g-2"}) {
+	if got := payloads(rec.On("out")); !slices.Equal(got, []string{"g-1", "g-2"}) {
 		t.Errorf("released %v, want the first arrivals g-1, g-2", got)
 	}
 }
@@ -254,8 +187,8 @@ func TestDuplicateSequenceNumberIsDiscardedAtOnce(t *testing.T) {
 func TestRedeliveryIsAckedWithoutOutputOrDiscard(t *testing.T) {
 	q, rec := newReseq(t, resequencer.Config{ReleasePartialSequences: true})
 	handle(t, q, part("g", 1, 3), part("g", 3, 3), part("g", 1, 3), part("g", 3, 3))
-	wantSeqs(t, rec.on("out"), 1)
-	if got := rec.on("discard"); len(got) != 0 {
+	wantSeqs(t, rec.On("out"), 1)
+	if got := rec.On("discard"); len(got) != 0 {
 		t.Errorf("discarded %v", payloads(got))
 	}
 }
@@ -263,7 +196,7 @@ func TestRedeliveryIsAckedWithoutOutputOrDiscard(t *testing.T) {
 func TestMessageForCompleteGroupIsDiscardedAsLate(t *testing.T) {
 	q, rec := newReseq(t, resequencer.Config{})
 	handle(t, q, part("g", 1, 1), partWithID("again", "g", 1, 1))
-	if got := rec.on("discard"); len(got) != 1 || reasons(got)[0] != "late" {
+	if got := rec.On("discard"); len(got) != 1 || reasons(got)[0] != "late" {
 		t.Fatalf("discarded %v with reasons %v, want one late", payloads(got), reasons(got))
 	}
 }
@@ -295,7 +228,7 @@ func TestInvalidSequenceMetadataIsDiscardedWithReason(t *testing.T) {
 				m.Metadata.Set("sequence_size", tc.size)
 			}
 			handle(t, q, m)
-			got := rec.on("discard")
+			got := rec.On("discard")
 			if len(got) != 1 || string(got[0].Payload) != "payload" {
 				t.Fatalf("discarded %v, want the message", payloads(got))
 			}
@@ -309,7 +242,7 @@ func TestInvalidSequenceMetadataIsDiscardedWithReason(t *testing.T) {
 func TestSizeDifferentFromTheGroupsIsDiscardedAsInvalid(t *testing.T) {
 	q, rec := newReseq(t, resequencer.Config{})
 	handle(t, q, part("g", 2, 3), partWithID("other-size", "g", 1, 4))
-	got := rec.on("discard")
+	got := rec.On("discard")
 	if len(got) != 1 || got[0].UUID != "other-size" || !strings.HasPrefix(reasons(got)[0], "invalid: sequence_size 4 differs") {
 		t.Fatalf("discarded %v with reasons %v", payloads(got), reasons(got))
 	}
@@ -324,7 +257,7 @@ func TestSequenceMetadataKeysAreConfigurable(t *testing.T) {
 		m.Metadata.Set("of", "2")
 		handle(t, q, m)
 	}
-	if got := payloads(rec.on("out")); !slices.Equal(got, []string{"1", "2"}) {
+	if got := payloads(rec.On("out")); !slices.Equal(got, []string{"1", "2"}) {
 		t.Errorf("released %v, want [1 2]", got)
 	}
 }
@@ -336,19 +269,19 @@ func TestCorrelationIsConfigurable(t *testing.T) {
 		m.Metadata.Set("account", "acc-1")
 		handle(t, q, m)
 	}
-	wantSeqs(t, rec.on("out"), 1, 2)
+	wantSeqs(t, rec.On("out"), 1, 2)
 }
 
 func TestUnboundedSequenceWithoutSizeIsReleasedPartially(t *testing.T) {
 	q, rec := newReseq(t, resequencer.Config{ReleasePartialSequences: true})
 	handle(t, q, part("g", 2, 0), part("g", 1, 0), part("g", 3, 0))
-	wantSeqs(t, rec.on("out"), 1, 2, 3)
+	wantSeqs(t, rec.On("out"), 1, 2, 3)
 }
 
 func TestMessagesOfDifferentGroupsAreResequencedSeparately(t *testing.T) {
 	q, rec := newReseq(t, resequencer.Config{ReleasePartialSequences: true})
 	handle(t, q, part("a", 2, 2), part("b", 1, 2), part("a", 1, 2), part("b", 2, 2))
-	if got := payloads(rec.on("out")); !slices.Equal(got, []string{"b-1", "a-1", "a-2", "b-2"}) {
+	if got := payloads(rec.On("out")); !slices.Equal(got, []string{"b-1", "a-1", "a-2", "b-2"}) {
 		t.Errorf("released %v", got)
 	}
 }
@@ -365,15 +298,15 @@ func TestMessageWithoutCorrelationKeyIsAnError(t *testing.T) {
 
 func TestOutputUUIDsAreTheSameWhenAFailedPublishIsRetried(t *testing.T) {
 	q, rec := newReseq(t, resequencer.Config{ReleasePartialSequences: true})
-	rec.failNext = 1
-	if err := q.Handle(part("g", 1, 2)); !errors.Is(err, errPublish) {
+	rec.FailNext(1)
+	if err := q.Handle(part("g", 1, 2)); !errors.Is(err, testpub.ErrPublish) {
 		t.Fatalf("Handle: %v, want the publish error", err)
 	}
 	handle(t, q, part("g", 1, 2), part("g", 2, 2)) // the redelivery, then 2
-	out := rec.on("out")
+	out := rec.On("out")
 	wantSeqs(t, out, 1, 2)
-	if out[0].UUID != rec.failed[0] {
-		t.Errorf("retried output UUID %s, failed attempt's %s", out[0].UUID, rec.failed[0])
+	if out[0].UUID != rec.Failed()[0] {
+		t.Errorf("retried output UUID %s, failed attempt's %s", out[0].UUID, rec.Failed()[0])
 	}
 	if out[0].UUID == out[1].UUID || out[0].UUID == "g-1" {
 		t.Errorf("output UUIDs %s, %s: want distinct, derived ones", out[0].UUID, out[1].UUID)
@@ -383,7 +316,7 @@ func TestOutputUUIDsAreTheSameWhenAFailedPublishIsRetried(t *testing.T) {
 func TestFailedPublishLeavesTheGroupUnchanged(t *testing.T) {
 	store := groupstore.NewMemory()
 	q, rec := newReseq(t, resequencer.Config{Store: store, ReleasePartialSequences: true})
-	rec.failNext = 1
+	rec.FailNext(1)
 	if err := q.Handle(part("g", 1, 2)); err == nil {
 		t.Fatal("Handle succeeded although the publish failed")
 	}
@@ -401,34 +334,34 @@ func TestPublishRetriedByAnotherInstanceCarriesTheSameUUIDs(t *testing.T) {
 	a, recA := newReseq(t, resequencer.Config{Store: store, Locks: locks, ReleasePartialSequences: true})
 	b, recB := newReseq(t, resequencer.Config{Store: store, Locks: locks, ReleasePartialSequences: true})
 	handle(t, a, part("g", 2, 2))
-	recA.failNext = 1
+	recA.FailNext(1)
 	if err := a.Handle(part("g", 1, 2)); err == nil {
 		t.Fatal("Handle succeeded although the publish failed")
 	}
 	handle(t, b, part("g", 1, 2)) // redelivered to the other instance
-	out := recB.on("out")
+	out := recB.On("out")
 	wantSeqs(t, out, 1, 2)
-	if !slices.Equal([]string{out[0].UUID, out[1].UUID}, recA.failed) {
-		t.Errorf("UUIDs %s, %s; the failed attempt's %v", out[0].UUID, out[1].UUID, recA.failed)
+	if !slices.Equal([]string{out[0].UUID, out[1].UUID}, recA.Failed()) {
+		t.Errorf("UUIDs %s, %s; the failed attempt's %v", out[0].UUID, out[1].UUID, recA.Failed())
 	}
 }
 
 func TestLaterRunIsNotPublishedBeforeAnEarlierOneFromAnotherInstance(t *testing.T) {
 	store, locks := groupstore.NewMemory(), newLocal(t)
-	shared := newRecorder()
-	shared.block = make(chan struct{})
+	shared := testpub.NewRecorder()
+	release := shared.Hold()
 	a, _ := newReseq(t, resequencer.Config{Publisher: shared, Store: store, Locks: locks, ReleasePartialSequences: true})
 	b, _ := newReseq(t, resequencer.Config{Publisher: shared, Store: store, Locks: locks, ReleasePartialSequences: true})
 	errs := make(chan error, 2)
 	go func() { errs <- a.Handle(part("g", 1, 2)) }() // publishes run 1, blocked
 	go func() { errs <- b.Handle(part("g", 2, 2)) }() // run 2, on another instance
-	close(shared.block)
+	release()
 	for range 2 {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
 	}
-	wantSeqs(t, shared.on("out"), 1, 2)
+	wantSeqs(t, shared.On("out"), 1, 2)
 }
 
 func TestLockTimeoutNacksTheMessage(t *testing.T) {
@@ -445,23 +378,13 @@ func TestLockTimeoutNacksTheMessage(t *testing.T) {
 	}
 }
 
-// ctxPublisher blocks until the published message's context ends and
-// reports its error.
-type ctxPublisher struct{}
-
-func (ctxPublisher) Publish(_ string, msgs ...*message.Message) error {
-	<-msgs[0].Context().Done()
-	return msgs[0].Context().Err()
-}
-func (ctxPublisher) Close() error { return nil }
-
 func TestLostLockStopsTheReleaseBeforeItIsRecorded(t *testing.T) {
 	store := groupstore.NewMemory()
 	locks, err := registry.NewLocal(registry.WithTTL(50 * time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, _ := newReseq(t, resequencer.Config{Publisher: ctxPublisher{}, Store: store, Locks: locks})
+	q, _ := newReseq(t, resequencer.Config{Publisher: testpub.UntilDone{}, Store: store, Locks: locks})
 	if err := q.Handle(part("g", 1, 1)); !errors.Is(err, resequencer.ErrLockLost) {
 		t.Fatalf("Handle: %v, want ErrLockLost", err)
 	}
@@ -479,19 +402,19 @@ func TestTimeoutReleasesWhatIsThereInOrderSkippingGaps(t *testing.T) {
 		SendPartialResultOnExpiry: true})
 	handle(t, q, part("g", 5, 5), part("g", 2, 5), part("g", 4, 5))
 	runTimeouts(t, q)
-	wantSeqs(t, rec.waitFor(t, "out", 3), 2, 4, 5)
+	wantSeqs(t, rec.WaitFor(t, "out", 3), 2, 4, 5)
 }
 
 func TestTimeoutDiscardsTheMessagesByDefault(t *testing.T) {
 	q, rec := newReseq(t, resequencer.Config{GroupTimeout: 20 * time.Millisecond, PollInterval: 5 * time.Millisecond})
 	handle(t, q, part("g", 3, 3), part("g", 2, 3))
 	runTimeouts(t, q)
-	got := rec.waitFor(t, "discard", 2)
+	got := rec.WaitFor(t, "discard", 2)
 	if r := reasons(got); !slices.Equal(r, []string{"expired", "expired"}) {
 		t.Errorf("reasons %v, want expired", r)
 	}
-	if len(rec.on("out")) != 0 {
-		t.Errorf("released %v", payloads(rec.on("out")))
+	if len(rec.On("out")) != 0 {
+		t.Errorf("released %v", payloads(rec.On("out")))
 	}
 }
 
@@ -501,12 +424,12 @@ func TestTimedOutGroupIsKeptCompleteSoLateMessagesAreDiscarded(t *testing.T) {
 		PollInterval: 5 * time.Millisecond, SendPartialResultOnExpiry: true})
 	handle(t, q, part("g", 2, 3))
 	runTimeouts(t, q)
-	rec.waitFor(t, "out", 1)
+	rec.WaitFor(t, "out", 1)
 	handle(t, q, part("g", 1, 3))
-	if got := rec.on("discard"); len(got) != 1 || reasons(got)[0] != "late" {
+	if got := rec.On("discard"); len(got) != 1 || reasons(got)[0] != "late" {
 		t.Fatalf("discarded %v with reasons %v, want g-1 as late", payloads(got), reasons(got))
 	}
-	wantSeqs(t, rec.on("out"), 2)
+	wantSeqs(t, rec.On("out"), 2)
 }
 
 func TestExpireGroupsOnTimeoutStartsANewGroup(t *testing.T) {
@@ -515,11 +438,11 @@ func TestExpireGroupsOnTimeoutStartsANewGroup(t *testing.T) {
 		PollInterval: 5 * time.Millisecond, SendPartialResultOnExpiry: true, ExpireGroupsOnTimeout: true})
 	handle(t, q, part("g", 2, 2))
 	runTimeouts(t, q)
-	first := rec.waitFor(t, "out", 1)
+	first := rec.WaitFor(t, "out", 1)
 	// The group is gone: a late 1 starts a new group and completes with a
 	// new 2.
 	handle(t, q, part("g", 1, 2), partWithID("new-2", "g", 2, 2))
-	out := rec.waitFor(t, "out", 3)
+	out := rec.WaitFor(t, "out", 3)
 	wantSeqs(t, out, 2, 1, 2)
 	if out[2].UUID == first[0].UUID {
 		t.Error("the new group's 2 has the old group's output UUID")
@@ -556,7 +479,7 @@ func TestMinimumTimeoutForEmptyGroupsRemovesTheCompleteGroup(t *testing.T) {
 
 func TestDiscardsAreLoggedWithoutADiscardTopic(t *testing.T) {
 	logger := watermill.NewCaptureLogger()
-	rec := newRecorder()
+	rec := testpub.NewRecorder()
 	q, err := resequencer.New(resequencer.Config{Publisher: rec, OutputTopic: "out", Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -573,10 +496,10 @@ func TestDiscardsAreLoggedWithoutADiscardTopic(t *testing.T) {
 func TestInvalidConfigIsRejected(t *testing.T) {
 	for name, cfg := range map[string]resequencer.Config{
 		"no publisher":        {OutputTopic: "out"},
-		"no output topic":     {Publisher: newRecorder()},
-		"same metadata keys":  {Publisher: newRecorder(), OutputTopic: "out", SequenceNumberKey: "k", SequenceSizeKey: "k"},
-		"negative timeout":    {Publisher: newRecorder(), OutputTopic: "out", GroupTimeout: -1},
-		"publisher, no topic": {Publisher: newRecorder(), OutputTopic: "out", DiscardPublisher: newRecorder()},
+		"no output topic":     {Publisher: testpub.NewRecorder()},
+		"same metadata keys":  {Publisher: testpub.NewRecorder(), OutputTopic: "out", SequenceNumberKey: "k", SequenceSizeKey: "k"},
+		"negative timeout":    {Publisher: testpub.NewRecorder(), OutputTopic: "out", GroupTimeout: -1},
+		"publisher, no topic": {Publisher: testpub.NewRecorder(), OutputTopic: "out", DiscardPublisher: testpub.NewRecorder()},
 	} {
 		if _, err := resequencer.New(cfg); !errors.Is(err, resequencer.ErrInvalidConfig) {
 			t.Errorf("%s: New: %v, want ErrInvalidConfig", name, err)

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,20 +69,8 @@ func taskLocked(t testing.TB, db testdb.Backend, region, name string) (bool, tim
 // stays taken by the database's clock, or reports false if there is none.
 func taskRow(t testing.TB, db testdb.Backend, region, name string) (owner string, remaining time.Duration, ok bool) {
 	t.Helper()
-	rem := db.Remaining(`EXPIRED_AFTER`)
-	var (
-		client sql.NullString
-		micros int64
-	)
-	err := db.DB.QueryRowContext(ctxb, db.Q(`SELECT CLIENT_ID, `+rem+` FROM `+lockTable+` WHERE REGION = ? AND LOCK_KEY = ?`),
-		region, jdbc.UUIDKey(name)).Scan(&client, &micros)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", 0, false
-	}
-	if err != nil {
-		t.Fatalf("reading the row of %s: %v", name, err)
-	}
-	return strings.TrimRight(client.String, " "), time.Duration(micros) * time.Microsecond, true
+	l, ok := db.Lease(t, lockTable, region, jdbc.UUIDKey(name))
+	return l.ClientID, l.Remaining, ok
 }
 
 var ctxb = context.Background()
@@ -370,15 +357,7 @@ func TestTaskReleaseAfterEndsExactlyLockAtLeastForAfterAcquisition(t *testing.T)
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { repo.Close(ctxb) })
-		var span string
-		switch db.Dialect {
-		case jdbc.Postgres:
-			span = `CAST(EXTRACT(EPOCH FROM (EXPIRED_AFTER - CREATED_DATE)) * 1000000 AS BIGINT)`
-		case jdbc.MySQL:
-			span = `TIMESTAMPDIFF(MICROSECOND, CREATED_DATE, EXPIRED_AFTER)`
-		case jdbc.SQLite:
-			span = `(` + testdb.SQLiteMillis(`EXPIRED_AFTER`) + ` - ` + testdb.SQLiteMillis(`CREATED_DATE`) + `) * 1000`
-		}
+		span := db.Micros(`EXPIRED_AFTER`) + ` - ` + db.Micros(`CREATED_DATE`)
 		const atLeast = time.Hour + 7*time.Millisecond
 		for i := range 20 {
 			name := fmt.Sprintf("%s-%d", taskName(), i)

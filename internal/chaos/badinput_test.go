@@ -13,6 +13,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/registry"
 )
@@ -55,13 +56,13 @@ func noPanic(t *testing.T, what string, f func()) {
 // with a neighbouring key and leave the lock table intact.
 func TestHostileKeysLockExactlyOnce(t *testing.T) {
 	for _, b := range allBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			db := b.open(t)
+		t.Run(b.Name, func(t *testing.T) {
+			b.Require(t)
 			run := newRun()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			regA := newRegistry(t, db, b.dialect, run)
-			regB := newRegistry(t, db, b.dialect, run)
+			regA := newRegistry(t, b, run)
+			regB := newRegistry(t, b, run)
 			for name, key := range hostileKeys {
 				noPanic(t, name, func() {
 					a := regA.Obtain(key)
@@ -95,7 +96,7 @@ func TestHostileKeysLockExactlyOnce(t *testing.T) {
 					}
 				})
 			}
-			repo, err := jdbc.NewLockRepository(ctx, db)
+			repo, err := jdbc.NewLockRepository(ctx, b.DB)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,14 +115,14 @@ func TestPrefixesThatAreNotIdentifiersAreInvalidOptions(t *testing.T) {
 	prefixes := []string{"it's_", "a;b_", "a b_", `"Q"_`, "INT_; DROP TABLE INT_LOCK; --", "", "1ABC_", "ÄÖ_",
 		strings.Repeat("P", 41)}
 	for _, b := range allBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			db := b.open(t)
+		t.Run(b.Name, func(t *testing.T) {
+			b.Require(t)
 			for _, p := range prefixes {
 				noPanic(t, fmt.Sprintf("prefix %q", p), func() {
-					if _, err := jdbc.NewLockRepository(context.Background(), db, jdbc.WithPrefix(p)); !errors.Is(err, jdbc.ErrInvalidOption) || !strings.Contains(err.Error(), "WithPrefix") {
+					if _, err := jdbc.NewLockRepository(context.Background(), b.DB, jdbc.WithPrefix(p)); !errors.Is(err, jdbc.ErrInvalidOption) || !strings.Contains(err.Error(), "WithPrefix") {
 						t.Errorf("NewLockRepository(WithPrefix(%q)): %v, want ErrInvalidOption naming WithPrefix", p, err)
 					}
-					if err := jdbc.CreateSchema(context.Background(), db, jdbc.WithPrefix(p)); !errors.Is(err, jdbc.ErrInvalidOption) {
+					if err := jdbc.CreateSchema(context.Background(), b.DB, jdbc.WithPrefix(p)); !errors.Is(err, jdbc.ErrInvalidOption) {
 						t.Errorf("CreateSchema(WithPrefix(%q)): %v, want ErrInvalidOption", p, err)
 					}
 				})
@@ -135,23 +136,23 @@ func TestPrefixesThatAreNotIdentifiersAreInvalidOptions(t *testing.T) {
 func TestRegionsWithQuotesAndSemicolonsAreBoundParameters(t *testing.T) {
 	suffixes := []string{"it's", "a;b", "a b", `"q"`, "'); DROP TABLE INT_LOCK; --", "\\"}
 	for _, b := range allBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			db := b.open(t)
+		t.Run(b.Name, func(t *testing.T) {
+			b.Require(t)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			base := newRun()
 			for _, s := range suffixes {
 				region := base + s
 				noPanic(t, fmt.Sprintf("region %q", region), func() {
-					a := newRegistry(t, db, b.dialect, region).Obtain("k")
+					a := newRegistry(t, b, region).Obtain("k")
 					if err := a.LockContext(ctx); err != nil {
 						t.Errorf("region %q: lock: %v", region, err)
 						return
 					}
-					if ok, err := newRegistry(t, db, b.dialect, region).Obtain("k").TryLockContext(context.Background()); ok || err != nil {
+					if ok, err := newRegistry(t, b, region).Obtain("k").TryLockContext(context.Background()); ok || err != nil {
 						t.Errorf("region %q: a second client took a held key: %v, %v", region, ok, err)
 					}
-					other := newRegistry(t, db, b.dialect, region+"'").Obtain("k")
+					other := newRegistry(t, b, region+"'").Obtain("k")
 					if ok, err := other.TryLockContext(context.Background()); !ok || err != nil {
 						t.Errorf("region %q: the key is taken in region %q too: %v, %v", region, region+"'", ok, err)
 					} else {
@@ -186,10 +187,10 @@ func TestANilDatabaseIsAnError(t *testing.T) {
 // error, which is not retried: nothing is granted.
 func TestAClosedDatabaseFailsLockAttemptsWithItsError(t *testing.T) {
 	for _, b := range allBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			db := b.open(t)
+		t.Run(b.Name, func(t *testing.T) {
+			b.Require(t)
 			run := newRun()
-			closed := b.open(t)
+			closed := testdb.OpenPool(t, b.Driver, b.DSN)
 			repo, err := jdbc.NewLockRepository(context.Background(), closed, jdbc.WithRegion(run))
 			if err != nil {
 				t.Fatal(err)
@@ -217,7 +218,7 @@ func TestAClosedDatabaseFailsLockAttemptsWithItsError(t *testing.T) {
 				}
 			})
 			// Nothing was written: a client on an open pool takes the key.
-			l := newRegistry(t, db, b.dialect, run).Obtain("k")
+			l := newRegistry(t, b, run).Obtain("k")
 			if ok, err := l.TryLockContext(context.Background()); !ok || err != nil {
 				t.Errorf("the key is not free after the failed attempts: %v, %v", ok, err)
 			} else {
@@ -231,9 +232,9 @@ func TestAClosedDatabaseFailsLockAttemptsWithItsError(t *testing.T) {
 // and from Check, and is not retried.
 func TestAMissingTableIsErrNoTable(t *testing.T) {
 	for _, b := range allBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			db := b.open(t)
-			repo, err := jdbc.NewLockRepository(context.Background(), db, jdbc.WithPrefix("CHAOS_MISSING_"), jdbc.WithRegion(newRun()))
+		t.Run(b.Name, func(t *testing.T) {
+			b.Require(t)
+			repo, err := jdbc.NewLockRepository(context.Background(), b.DB, jdbc.WithPrefix("CHAOS_MISSING_"), jdbc.WithRegion(newRun()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -265,17 +266,17 @@ func TestAMissingTableIsErrNoTable(t *testing.T) {
 // database's syntax error, at once and without granting anything.
 func TestTheWrongDialectIsAClearErrorNeverALock(t *testing.T) {
 	for _, b := range allBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			db := b.open(t)
+		t.Run(b.Name, func(t *testing.T) {
+			b.Require(t)
 			run := newRun()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			for _, d := range []jdbc.Dialect{jdbc.Postgres, jdbc.MySQL, jdbc.SQLite} {
-				if d == b.dialect {
+				if d == b.Dialect {
 					continue
 				}
 				noPanic(t, string(d), func() {
-					repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithDialect(d), jdbc.WithRegion(run))
+					repo, err := jdbc.NewLockRepository(ctx, b.DB, jdbc.WithDialect(d), jdbc.WithRegion(run))
 					if err != nil {
 						t.Fatalf("WithDialect(%s): %v", d, err)
 					}
@@ -289,16 +290,16 @@ func TestTheWrongDialectIsAClearErrorNeverALock(t *testing.T) {
 					err = reg.Obtain("k").LockContext(actx)
 					switch {
 					case err == nil:
-						t.Errorf("WithDialect(%s) on %s: the lock was granted", d, b.name)
+						t.Errorf("WithDialect(%s) on %s: the lock was granted", d, b.Name)
 					case errors.Is(err, context.DeadlineExceeded), errors.Is(err, registry.ErrTransient):
-						t.Errorf("WithDialect(%s) on %s: retried as transient instead of failing: %v", d, b.name, err)
+						t.Errorf("WithDialect(%s) on %s: retried as transient instead of failing: %v", d, b.Name, err)
 					default:
-						t.Logf("WithDialect(%s) on %s: %v", d, b.name, err)
+						t.Logf("WithDialect(%s) on %s: %v", d, b.Name, err)
 					}
 				})
 			}
 			// Nothing was granted: a client of the right dialect takes the key.
-			l := newRegistry(t, db, b.dialect, run).Obtain("k")
+			l := newRegistry(t, b, run).Obtain("k")
 			if ok, err := l.TryLockContext(context.Background()); !ok || err != nil {
 				t.Errorf("the key is not free after the failed attempts: %v, %v", ok, err)
 			} else {

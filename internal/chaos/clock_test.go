@@ -4,14 +4,14 @@ package chaos
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/registry"
 )
@@ -29,12 +29,12 @@ import (
 func TestAProcessClockFarFromTheDatabasesChangesNothing(t *testing.T) {
 	const ttl = 2 * time.Second
 	for _, b := range allBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			db := b.open(t)
+		t.Run(b.Name, func(t *testing.T) {
+			b.Require(t)
 			run := newRun()
 			key := "skewed"
-			seedCounters(t, db, run, []string{key})
-			inSync := newRegistry(t, db, b.dialect, run, registry.WithTTL(ttl), registry.WithIdleBetweenTries(20*time.Millisecond))
+			seedCounters(t, b, run, []string{key})
+			inSync := newRegistry(t, b, run, registry.WithTTL(ttl), registry.WithIdleBetweenTries(20*time.Millisecond))
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			iterations := scale(10)
@@ -45,7 +45,7 @@ func TestAProcessClockFarFromTheDatabasesChangesNothing(t *testing.T) {
 			var workers, wg sync.WaitGroup
 			for g := range 2 {
 				workers.Go(func() {
-					if err := fencedIncrements(ctx, inSync, db, run, key, iterations); err != nil {
+					if err := fencedIncrements(ctx, inSync, b, run, key, iterations); err != nil {
 						t.Errorf("in-sync worker %d: %v", g, err)
 					}
 				})
@@ -54,7 +54,7 @@ func TestAProcessClockFarFromTheDatabasesChangesNothing(t *testing.T) {
 			// the in-sync workers are done: it takes the key from the
 			// skewed holder and reads the new lease.
 			skewedHolds := make(chan struct{})
-			var next row
+			var next testdb.Lease
 			takenOver := make(chan error)
 			wg.Go(func() {
 				<-skewedHolds
@@ -62,29 +62,29 @@ func TestAProcessClockFarFromTheDatabasesChangesNothing(t *testing.T) {
 				l := inSync.Obtain(key)
 				err := l.LockContext(ctx)
 				if err == nil {
-					next = leaseRow(t, db, b.dialect, run, key)
+					next = b.MustLease(t, run, key)
 					err = l.UnlockContext(ctx)
 				}
 				takenOver <- err
 			})
 
 			var skewedYear int
-			var held row
+			var held testdb.Lease
 			synctest.Test(t, func(t *testing.T) {
 				// A context of the bubble's own: selecting on a channel made
 				// outside would keep the bubble's clock from moving. The go
 				// test timeout bounds the wait instead.
 				ctx := context.Background()
 				skewedYear = time.Now().Year()
-				bdb := b.resolve()
-				pool, err := sqlx.Open(bdb.driver, bdb.dsn)
-				if err != nil {
+				pool := b
+				var err error
+				if pool.DB, err = sql.Open(b.Driver, b.DSN); err != nil {
 					t.Fatal(err)
 				}
-				defer pool.Close()
+				defer pool.DB.Close()
 				// No listener: a goroutine blocked on the network would
 				// keep the bubble's clock from moving.
-				repo, err := jdbc.NewLockRepository(ctx, pool, jdbc.WithRegion(run))
+				repo, err := jdbc.NewLockRepository(ctx, pool.DB, jdbc.WithRegion(run))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -108,12 +108,12 @@ func TestAProcessClockFarFromTheDatabasesChangesNothing(t *testing.T) {
 				if err := l.LockContext(ctx); err != nil {
 					t.Fatal(err)
 				}
-				held = leaseRow(t, pool, b.dialect, run, key)
-				now, err := dbNow(ctx, pool, b.dialect)
+				held = pool.MustLease(t, run, key)
+				now, err := pool.Clock(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if left := time.Duration(held.expires-now) * time.Microsecond; left <= 0 || left > ttl {
+				if left := time.Duration(held.Expires-now) * time.Microsecond; left <= 0 || left > ttl {
 					t.Errorf("the skewed registry's lease has %v left by the database's clock, want (0, %v]", left, ttl)
 				}
 				close(skewedHolds)
@@ -124,18 +124,18 @@ func TestAProcessClockFarFromTheDatabasesChangesNothing(t *testing.T) {
 			})
 			workers.Wait()
 			wg.Wait()
-			if acquiredAt := next.expires - ttl.Microseconds(); acquiredAt < held.expires {
+			if acquiredAt := next.Expires - ttl.Microseconds(); acquiredAt < held.Expires {
 				t.Errorf("the in-sync registry took the key %v before the skewed holder's lease expired",
-					time.Duration(held.expires-acquiredAt)*time.Microsecond)
+					time.Duration(held.Expires-acquiredAt)*time.Microsecond)
 			}
-			n, _ := counter(t, db, run, key)
+			n, _ := counter(t, b, run, key)
 			if want := int64(4 * iterations); n != want {
 				t.Errorf("counter %d, want %d", n, want)
 			}
 			t.Logf("%s: process clock in %d against the database's in %d: %d fenced increments by 2+2 goroutines exact; "+
 				"the skewed holder's lease ran the TTL by the database's clock and the in-sync client took the key %v after it expired",
-				b.name, skewedYear, time.Now().Year(), n,
-				(time.Duration(next.expires-ttl.Microseconds()-held.expires) * time.Microsecond).Round(time.Millisecond))
+				b.Name, skewedYear, time.Now().Year(), n,
+				(time.Duration(next.Expires-ttl.Microseconds()-held.Expires) * time.Microsecond).Round(time.Millisecond))
 		})
 	}
 }
@@ -147,16 +147,16 @@ func TestAProcessClockFarFromTheDatabasesChangesNothing(t *testing.T) {
 // instead of waiting for it. The registry retries SQLITE_BUSY itself; the
 // test's own counter write is retried here, which is safe because
 // incrementFenced recognises a write of this hold that committed before.
-func fencedIncrementsRetryingBusy(ctx context.Context, reg *registry.Registry, db *sqlx.DB, run, key string, n int) error {
+func fencedIncrementsRetryingBusy(ctx context.Context, reg *registry.Registry, b testdb.Backend, run, key string, n int) error {
 	for range n {
 		l := reg.Obtain(key)
 		if err := l.LockContext(ctx); err != nil {
 			return err
 		}
-		err := incrementFenced(ctx, db, run, key, l.Token())
+		err := incrementFenced(ctx, b, run, key, l.Token())
 		for isSQLiteBusy(err) {
 			time.Sleep(time.Millisecond) // the bubble's clock: lets the bubble idle so time moves
-			err = incrementFenced(ctx, db, run, key, l.Token())
+			err = incrementFenced(ctx, b, run, key, l.Token())
 		}
 		if uerr := l.UnlockContext(ctx); err == nil {
 			err = uerr
@@ -177,13 +177,13 @@ func isSQLiteBusy(err error) bool {
 
 // fencedIncrements takes key's lock n times, each time incrementing its
 // counter guarded by the token.
-func fencedIncrements(ctx context.Context, reg *registry.Registry, db *sqlx.DB, run, key string, n int) error {
+func fencedIncrements(ctx context.Context, reg *registry.Registry, b testdb.Backend, run, key string, n int) error {
 	for range n {
 		l := reg.Obtain(key)
 		if err := l.LockContext(ctx); err != nil {
 			return err
 		}
-		err := incrementFenced(ctx, db, run, key, l.Token())
+		err := incrementFenced(ctx, b, run, key, l.Token())
 		if uerr := l.UnlockContext(ctx); err == nil {
 			err = uerr
 		}

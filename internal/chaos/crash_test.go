@@ -24,9 +24,9 @@ func TestAHolderKilledMidHoldLosesTheKeyOnlyWhenItsLeaseExpires(t *testing.T) {
 		margin = 5 * time.Second
 	)
 	for _, b := range allBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
+			b.Require(t)
 			for round := range scale(1) {
-				db := b.open(t)
 				run := newRun()
 				key := "crash"
 
@@ -55,25 +55,25 @@ func TestAHolderKilledMidHoldLosesTheKeyOnlyWhenItsLeaseExpires(t *testing.T) {
 				if err := cmd.Wait(); err == nil || !isKilled(err) {
 					t.Fatalf("the child was not killed: %v", err)
 				}
-				crashed := leaseRow(t, db, b.dialect, run, key)
-				if crashed.fence != crashedToken {
-					t.Fatalf("the lease row carries token %d, the killed holder had %d", crashed.fence, crashedToken)
+				crashed := b.MustLease(t, run, key)
+				if crashed.Fence != crashedToken {
+					t.Fatalf("the lease row carries token %d, the killed holder had %d", crashed.Fence, crashedToken)
 				}
 
-				reg := newRegistry(t, db, b.dialect, run, registry.WithTTL(ttl), registry.WithIdleBetweenTries(idle))
+				reg := newRegistry(t, b, run, registry.WithTTL(ttl), registry.WithIdleBetweenTries(idle))
 				l := reg.Obtain(key)
 				if err := l.LockContext(ctx); err != nil {
 					t.Fatal(err)
 				}
 				waited := time.Since(killed)
-				next := leaseRow(t, db, b.dialect, run, key)
-				acquiredAt := next.expires - ttl.Microseconds() // the acquire statement set EXPIRED_AFTER = now + ttl
-				if acquiredAt < crashed.expires {
+				next := b.MustLease(t, run, key)
+				acquiredAt := next.Expires - ttl.Microseconds() // the acquire statement set EXPIRED_AFTER = now + ttl
+				if acquiredAt < crashed.Expires {
 					t.Errorf("acquired at %d by the database's clock, %v before the killed holder's lease expired at %d",
-						acquiredAt, time.Duration(crashed.expires-acquiredAt)*time.Microsecond, crashed.expires)
+						acquiredAt, time.Duration(crashed.Expires-acquiredAt)*time.Microsecond, crashed.Expires)
 				}
-				if next.clientID == crashed.clientID {
-					t.Errorf("the new lease belongs to the killed client %s", next.clientID)
+				if next.ClientID == crashed.ClientID {
+					t.Errorf("the new lease belongs to the killed client %s", next.ClientID)
 				}
 				token := l.Token()
 				if token <= crashedToken {
@@ -86,8 +86,8 @@ func TestAHolderKilledMidHoldLosesTheKeyOnlyWhenItsLeaseExpires(t *testing.T) {
 					t.Error(err)
 				}
 				t.Logf("%s round %d: holder (token %d) killed with SIGKILL; next process acquired %v after the kill, "+
-					"%v after the lease's expiry by the database's clock (token %d)", b.name, round, crashedToken,
-					waited.Round(time.Millisecond), (time.Duration(acquiredAt-crashed.expires) * time.Microsecond).Round(time.Millisecond), token)
+					"%v after the lease's expiry by the database's clock (token %d)", b.Name, round, crashedToken,
+					waited.Round(time.Millisecond), (time.Duration(acquiredAt-crashed.Expires) * time.Microsecond).Round(time.Millisecond), token)
 			}
 		})
 	}

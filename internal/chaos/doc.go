@@ -10,7 +10,7 @@
 //	go test -race -count=1 -tags chaos ./internal/chaos/
 //
 // They use PostgreSQL at LOCKREG_POSTGRES_DSN and MariaDB/MySQL at
-// LOCKREG_MYSQL_DSN (the defaults of package jdbc's tests), and SQLite in a
+// LOCKREG_MYSQL_DSN (as package internal/testdb opens them), and SQLite in a
 // temporary file. A test whose server is unreachable fails when CI=true and
 // is skipped otherwise. The restart tests control the servers with the
 // commands in LOCKREG_CHAOS_POSTGRES_STOP/START and

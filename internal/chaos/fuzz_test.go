@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmoiron/sqlx"
+	"github.com/lockreg/lockreg/internal/testdb"
 )
 
 // Four processes of four goroutines each take locks on three keys in
@@ -24,10 +24,10 @@ func TestProcessesNeverHoldAKeyTogetherNorLoseAnUpdate(t *testing.T) {
 	iterations := scale(25)
 	keys := []string{"fuzz-a", "fuzz-b", "fuzz-c"}
 	for _, b := range allBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			db := b.open(t)
+		t.Run(b.Name, func(t *testing.T) {
+			b.Require(t)
 			run := newRun()
-			seedCounters(t, db, run, keys)
+			seedCounters(t, b, run, keys)
 
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(scale(4))*time.Minute)
 			defer cancel()
@@ -56,31 +56,41 @@ func TestProcessesNeverHoldAKeyTogetherNorLoseAnUpdate(t *testing.T) {
 			}
 			total := 0
 			for _, k := range keys {
-				n, _ := counter(t, db, run, k)
+				n, _ := counter(t, b, run, k)
 				if n != want[k] {
 					t.Errorf("key %s: counter %d, want %d: updates were lost", k, n, want[k])
 				}
 				total += int(n)
-				checkIntervals(t, db, run, k, want[k])
+				checkIntervals(t, b, run, k, want[k])
 			}
 			t.Logf("%s: %d processes x %d goroutines, %d keys: %d acquisitions, counters exact, intervals disjoint",
-				b.name, procs, workers, len(keys), total)
+				b.Name, procs, workers, len(keys), total)
 		})
 	}
 }
 
 // checkIntervals asserts that key has want recorded holds whose intervals,
 // ordered by acquisition, never overlap and whose tokens increase.
-func checkIntervals(t *testing.T, db *sqlx.DB, run, key string, want int64) {
+func checkIntervals(t *testing.T, b testdb.Backend, run, key string, want int64) {
 	t.Helper()
 	type interval struct {
-		Token    int64 `db:"token"`
-		Proc     int   `db:"proc"`
-		Acquired int64 `db:"acquired"`
-		Released int64 `db:"released"`
+		Token, Acquired, Released int64
+		Proc                      int
 	}
 	var got []interval
-	if err := db.Select(&got, db.Rebind(`SELECT token, proc, acquired, released FROM chaos_interval WHERE run = ? AND k = ? ORDER BY acquired, released`), run, key); err != nil {
+	rows, err := b.DB.Query(b.Q(`SELECT token, proc, acquired, released FROM chaos_interval WHERE run = ? AND k = ? ORDER BY acquired, released`), run, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var i interval
+		if err := rows.Scan(&i.Token, &i.Proc, &i.Acquired, &i.Released); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, i)
+	}
+	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
 	if int64(len(got)) != want {

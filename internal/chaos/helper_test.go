@@ -5,6 +5,7 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -16,10 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/jdbc"
-	"github.com/lockreg/lockreg/jdbc/pgxlisten"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -38,10 +37,11 @@ const (
 	ttlEnv     = "LOCKREG_CHAOS_TTL"
 )
 
-// child describes a child process to start.
+// child describes a child process: what the parent starts, and what the
+// child reads back from its environment.
 type child struct {
 	mode       string
-	b          backend
+	b          testdb.Backend
 	run        string
 	keys       []string
 	proc       int
@@ -52,13 +52,12 @@ type child struct {
 
 // command returns the command that runs c.
 func (c child) command(ctx context.Context) *exec.Cmd {
-	b := c.b.resolve()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(),
 		helperEnv+"="+c.mode,
-		driverEnv+"="+b.driver,
-		dsnEnv+"="+b.dsn,
-		dialectEnv+"="+string(b.dialect),
+		driverEnv+"="+c.b.Driver,
+		dsnEnv+"="+c.b.DSN,
+		dialectEnv+"="+string(c.b.Dialect),
 		runEnv+"="+c.run,
 		keysEnv+"="+strings.Join(c.keys, ","),
 		procEnv+"="+strconv.Itoa(c.proc),
@@ -97,20 +96,11 @@ func TestHelperProcess(t *testing.T) {
 	os.Exit(0)
 }
 
-type childEnv struct {
-	db         *sqlx.DB
-	dialect    jdbc.Dialect
-	run        string
-	keys       []string
-	proc       int
-	workers    int
-	iterations int
-	ttl        time.Duration
-}
-
-func readChildEnv() (*childEnv, error) {
-	c := &childEnv{dialect: jdbc.Dialect(os.Getenv(dialectEnv)), run: os.Getenv(runEnv),
-		keys: strings.Split(os.Getenv(keysEnv), ",")}
+// readChildEnv is, in a child process, the child it was started as, with
+// its database open.
+func readChildEnv() (*child, error) {
+	c := &child{mode: os.Getenv(helperEnv), run: os.Getenv(runEnv), keys: strings.Split(os.Getenv(keysEnv), ","),
+		b: testdb.Backend{Driver: os.Getenv(driverEnv), DSN: os.Getenv(dsnEnv), Dialect: jdbc.Dialect(os.Getenv(dialectEnv))}}
 	var err error
 	if c.proc, err = strconv.Atoi(os.Getenv(procEnv)); err != nil {
 		return nil, err
@@ -124,19 +114,15 @@ func readChildEnv() (*childEnv, error) {
 	if c.ttl, err = time.ParseDuration(os.Getenv(ttlEnv)); err != nil {
 		return nil, err
 	}
-	if c.db, err = sqlx.Open(os.Getenv(driverEnv), os.Getenv(dsnEnv)); err != nil {
+	if c.b.DB, err = sql.Open(c.b.Driver, c.b.DSN); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
 // registry returns a registry of the child's own client.
-func (c *childEnv) registry(onError func(string, error)) (*registry.Registry, error) {
-	opts := []jdbc.Option{jdbc.WithRegion(c.run), jdbc.WithErrorHandler(func(error) {})}
-	if c.dialect == jdbc.Postgres {
-		opts = append(opts, jdbc.WithListener(pgxlisten.New(c.db.DB)))
-	}
-	repo, err := jdbc.NewLockRepository(context.Background(), c.db, opts...)
+func (c *child) registry(onError func(string, error)) (*registry.Registry, error) {
+	repo, err := c.b.NewRepository(context.Background(), c.run)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +155,7 @@ func childFuzz() error {
 	if err != nil {
 		return err
 	}
-	defer c.db.Close()
+	defer c.b.DB.Close()
 	reg, err := c.registry(func(string, error) {})
 	if err != nil {
 		return err
@@ -200,23 +186,23 @@ func childFuzz() error {
 }
 
 // hold takes key's lock once and does the guarded work.
-func (c *childEnv) hold(ctx context.Context, reg *registry.Registry, key string) error {
+func (c *child) hold(ctx context.Context, reg *registry.Registry, key string) error {
 	l := reg.Obtain(key)
 	if err := l.LockContext(ctx); err != nil {
 		return err
 	}
 	token, done := l.Token(), l.Done()
 	var acquired, released int64
-	err := retry(done, func() (err error) { acquired, err = dbNow(ctx, c.db, c.dialect); return err })
+	err := retry(done, func() (err error) { acquired, err = c.b.Clock(ctx); return err })
 	if err == nil {
-		err = retry(done, func() error { return incrementFenced(ctx, c.db, c.run, key, token) })
+		err = retry(done, func() error { return incrementFenced(ctx, c.b, c.run, key, token) })
 	}
 	if err == nil {
-		err = retry(done, func() (err error) { released, err = dbNow(ctx, c.db, c.dialect); return err })
+		err = retry(done, func() (err error) { released, err = c.b.Clock(ctx); return err })
 	}
 	if err == nil {
 		err = retry(done, func() error {
-			_, err := c.db.ExecContext(ctx, c.db.Rebind(`INSERT INTO chaos_interval (run, k, token, proc, acquired, released) VALUES (?, ?, ?, ?, ?, ?)`),
+			_, err := c.b.DB.ExecContext(ctx, c.b.Q(`INSERT INTO chaos_interval (run, k, token, proc, acquired, released) VALUES (?, ?, ?, ?, ?, ?)`),
 				c.run, key, token, c.proc, acquired, released)
 			return err
 		})

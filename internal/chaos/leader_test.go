@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/jmoiron/sqlx"
-
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/leader"
 	"github.com/lockreg/lockreg/registry"
@@ -28,29 +27,25 @@ func TestAPartitionedLeaderEndsItsTermBeforeAnotherIsGranted(t *testing.T) {
 		ttl  = 5 * time.Second
 		role = "partitioned-leader"
 	)
-	for _, b := range serverBackends() {
-		t.Run(b.name, func(t *testing.T) {
-			b = b.resolve()
-			db := b.open(t)
+	for _, b := range serverBackends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			b.Require(t)
 			run := newRun()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 
 			p := startProxy(t, serverAddr(t, b))
-			cutOff, err := sqlx.Open(b.driver, proxiedDSN(t, b, p.Addr()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cutOff.Close() })
+			cutOff := b
+			cutOff.DB = testdb.OpenPool(t, b.Driver, proxiedDSN(t, b, p.Addr()))
 			idle := registry.WithIdleBetweenTries(50 * time.Millisecond)
-			a := newCandidate(t, newRegistry(t, cutOff, b.dialect, run, idle), role,
+			a := newCandidate(t, newRegistry(t, cutOff, run, idle), role,
 				leader.WithTTL(ttl), leader.WithBusyWait(100*time.Millisecond))
 			termA, err := a.Wait(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			endedFirst := make(chan bool, 1) // whether a's term had ended when b was granted
-			c := newCandidate(t, newRegistry(t, db, b.dialect, run, idle), role, leader.WithTTL(ttl),
+			c := newCandidate(t, newRegistry(t, b, run, idle), role, leader.WithTTL(ttl),
 				leader.OnGranted(func(*leader.Term) {
 					select {
 					case endedFirst <- termA.Context().Err() != nil:
@@ -64,7 +59,7 @@ func TestAPartitionedLeaderEndsItsTermBeforeAnotherIsGranted(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("the partitioned leader's term did not end")
 			}
-			now, err := dbNow(ctx, db, b.dialect)
+			now, err := b.Clock(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,13 +69,13 @@ func TestAPartitionedLeaderEndsItsTermBeforeAnotherIsGranted(t *testing.T) {
 			if cause := context.Cause(termA.Context()); !errors.Is(cause, registry.ErrLockLost) {
 				t.Errorf("cause %v, want one wrapping registry.ErrLockLost", cause)
 			}
-			last := leaseRow(t, db, b.dialect, run, role) // final: the leader cannot reach the database
-			if last.fence != termA.Token() {
-				t.Fatalf("the lease carries token %d, not the partitioned leader's %d: read too late", last.fence, termA.Token())
+			last := b.MustLease(t, run, role) // final: the leader cannot reach the database
+			if last.Fence != termA.Token() {
+				t.Fatalf("the lease carries token %d, not the partitioned leader's %d: read too late", last.Fence, termA.Token())
 			}
-			if now >= last.expires {
+			if now >= last.Expires {
 				t.Errorf("the term ended %v after the lease expired by the database's clock",
-					time.Duration(now-last.expires)*time.Microsecond)
+					time.Duration(now-last.Expires)*time.Microsecond)
 			}
 
 			select {
@@ -97,9 +92,9 @@ func TestAPartitionedLeaderEndsItsTermBeforeAnotherIsGranted(t *testing.T) {
 			}
 			// jdbc's token is the database's clock, in microseconds, when
 			// the acquisition ran (or the last token plus one, if greater).
-			if termC.Token() < last.expires {
+			if termC.Token() < last.Expires {
 				t.Errorf("the other candidate acquired the lease %v before the partitioned leader's expired",
-					time.Duration(last.expires-termC.Token())*time.Microsecond)
+					time.Duration(last.Expires-termC.Token())*time.Microsecond)
 			}
 
 			p.Heal()
@@ -115,8 +110,8 @@ func TestAPartitionedLeaderEndsItsTermBeforeAnotherIsGranted(t *testing.T) {
 			}
 			t.Logf("%s: the partitioned leader's term ended %v before its lease expired by the database's clock; "+
 				"the other candidate acquired %v after the expiry; after healing the first leads again",
-				b.name, (time.Duration(last.expires-now) * time.Microsecond).Round(time.Millisecond),
-				(time.Duration(termC.Token()-last.expires) * time.Microsecond).Round(time.Millisecond))
+				b.Name, (time.Duration(last.Expires-now) * time.Microsecond).Round(time.Millisecond),
+				(time.Duration(termC.Token()-last.Expires) * time.Microsecond).Round(time.Millisecond))
 		})
 	}
 }
@@ -141,16 +136,16 @@ func newCandidate(t *testing.T, locks registry.LockRegistry, role string, opts .
 }
 
 // serverAddr is the host:port of b's server.
-func serverAddr(t *testing.T, b backend) string {
+func serverAddr(t *testing.T, b testdb.Backend) string {
 	t.Helper()
-	if b.dialect == jdbc.MySQL {
-		cfg, err := mysql.ParseDSN(b.dsn)
+	if b.Dialect == jdbc.MySQL {
+		cfg, err := mysql.ParseDSN(b.DSN)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cfg.Addr
 	}
-	u, err := url.Parse(b.dsn)
+	u, err := url.Parse(b.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,17 +153,17 @@ func serverAddr(t *testing.T, b backend) string {
 }
 
 // proxiedDSN is b's DSN with the server's address replaced by addr.
-func proxiedDSN(t *testing.T, b backend, addr string) string {
+func proxiedDSN(t *testing.T, b testdb.Backend, addr string) string {
 	t.Helper()
-	if b.dialect == jdbc.MySQL {
-		cfg, err := mysql.ParseDSN(b.dsn)
+	if b.Dialect == jdbc.MySQL {
+		cfg, err := mysql.ParseDSN(b.DSN)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg.Addr = addr
 		return cfg.FormatDSN()
 	}
-	u, err := url.Parse(b.dsn)
+	u, err := url.Parse(b.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}

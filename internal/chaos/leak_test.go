@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
@@ -13,11 +14,10 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/jmoiron/sqlx"
 	"go.uber.org/goleak"
 
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/jdbc"
-	"github.com/lockreg/lockreg/jdbc/pgxlisten"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -27,27 +27,30 @@ import (
 // connections return to their starting counts.
 func TestClosingLeavesNoGoroutinesFilesOrConnections(t *testing.T) {
 	for _, b := range allBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			// The schema, and a skip when unreachable. SQLite defers closing a
-			// file while another connection of the process has it open, so no
-			// other pool may stay open on the file.
-			b.open(t).Close()
-			tagged, count := b.taggedConnections(t)
+		t.Run(b.Name, func(t *testing.T) {
+			// SQLite defers closing a file while another connection of the
+			// process has it open, so no other pool may stay open on the file.
+			b.Require(t)
+			b.DB.Close()
+			taggedDSN, count := taggedConnections(t, b)
 			goroutines := goleak.IgnoreCurrent()
 			fds := openFiles(t)
 			conns := count()
 
-			db, err := sqlx.Open(b.driver, tagged)
+			db, err := sql.Open(b.Driver, taggedDSN)
 			if err != nil {
 				t.Fatal(err)
 			}
+			tagged := b
+			tagged.DB = db
 			run := newRun()
+			idle := registry.WithIdleBetweenTries(10 * time.Millisecond)
 			regs := []*registry.Registry{
-				leakRegistry(t, db, b.dialect, run, registry.WithKeepAlive(), registry.WithTTL(time.Second)),
-				leakRegistry(t, db, b.dialect, run),
+				unclosedRegistry(t, tagged, run, idle, registry.WithKeepAlive(), registry.WithTTL(time.Second)),
+				unclosedRegistry(t, tagged, run, idle),
 			}
 			contend(t, regs, scale(20))
-			if n := count(); n <= conns && b.dialect != jdbc.SQLite {
+			if n := count(); n <= conns && b.Dialect != jdbc.SQLite {
 				t.Fatalf("the server shows %d connections of the test while it runs, %d before: the count does not see them", n, conns)
 			}
 
@@ -70,31 +73,11 @@ func TestClosingLeavesNoGoroutinesFilesOrConnections(t *testing.T) {
 
 			goleak.VerifyNone(t, goroutines)
 			eventually(t, "open file descriptors", fds, func() int { return openFiles(t) })
-			if b.dialect != jdbc.SQLite {
+			if b.Dialect != jdbc.SQLite {
 				eventually(t, "server connections", conns, count)
 			}
 		})
 	}
-}
-
-// leakRegistry is newRegistry without the clean-up: the test closes it.
-func leakRegistry(t *testing.T, db *sqlx.DB, d jdbc.Dialect, region string, opts ...registry.Option) *registry.Registry {
-	t.Helper()
-	repoOpts := []jdbc.Option{jdbc.WithRegion(region), jdbc.WithErrorHandler(func(error) {})}
-	if d == jdbc.Postgres {
-		repoOpts = append(repoOpts, jdbc.WithListener(pgxlisten.New(db.DB)))
-	}
-	repo, err := jdbc.NewLockRepository(context.Background(), db, repoOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts = append([]registry.Option{registry.WithErrorHandler(func(string, error) {}),
-		registry.WithIdleBetweenTries(10 * time.Millisecond)}, opts...)
-	r, err := registry.New(repo, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 // contend has two goroutines per registry take two keys n times each,
@@ -163,23 +146,27 @@ func eventually(t *testing.T, what string, want int, count func() int) {
 
 // taggedConnections returns a DSN whose server connections can be told
 // apart from everyone else's (PostgreSQL: an application_name; MariaDB: a
-// user of the test's own) and a function that counts them.
-func (b backend) taggedConnections(t *testing.T) (dsn string, count func() int) {
+// user of the test's own) and a function that counts them on a pool of its
+// own, which holds its connection already.
+func taggedConnections(t *testing.T, b testdb.Backend) (dsn string, count func() int) {
 	t.Helper()
-	b = b.resolve()
-	switch b.dialect {
-	case jdbc.SQLite:
-		return b.dsn, func() int { return 0 }
+	if b.Dialect == jdbc.SQLite {
+		return b.DSN, func() int { return 0 }
+	}
+	admin := testdb.OpenPool(t, b.Driver, b.DSN)
+	if err := admin.Ping(); err != nil {
+		t.Fatal(err)
+	}
+	switch b.Dialect {
 	case jdbc.Postgres:
 		app := newRun()
-		u, err := url.Parse(b.dsn)
+		u, err := url.Parse(b.DSN)
 		if err != nil {
 			t.Fatal(err)
 		}
 		q := u.Query()
 		q.Set("application_name", app)
 		u.RawQuery = q.Encode()
-		admin := b.open(t)
 		return u.String(), func() int {
 			var n int
 			if err := admin.QueryRow(`SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n); err != nil {
@@ -188,14 +175,13 @@ func (b backend) taggedConnections(t *testing.T) (dsn string, count func() int) 
 			return n
 		}
 	default:
-		admin := b.open(t)
 		const user = "chaos_leak"
 		for _, s := range []string{`CREATE USER IF NOT EXISTS '` + user + `'@'%'`, `GRANT ALL ON *.* TO '` + user + `'@'%'`} {
 			if _, err := admin.Exec(s); err != nil {
 				t.Fatalf("%s: %v", s, err)
 			}
 		}
-		cfg, err := mysql.ParseDSN(b.dsn)
+		cfg, err := mysql.ParseDSN(b.DSN)
 		if err != nil {
 			t.Fatal(err)
 		}

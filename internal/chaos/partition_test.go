@@ -5,12 +5,10 @@ package chaos
 import (
 	"context"
 	"errors"
-	"net/url"
 	"testing"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -20,28 +18,20 @@ import (
 // write guarded by the cut-off holder's token is refused.
 func TestAPartitionedHolderSeesDoneBeforeItsLeaseExpires(t *testing.T) {
 	const ttl = 3 * time.Second
-	b := postgres.resolve()
+	b := open(t, "postgres-pgx")[0]
+	b.Require(t)
 	for round := range scale(1) {
-		db := b.open(t)
 		run := newRun()
 		key := "partitioned"
-		seedCounters(t, db, run, []string{key})
+		seedCounters(t, b, run, []string{key})
 
-		u, err := url.Parse(b.dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := startProxy(t, u.Host)
-		u.Host = p.Addr()
-		cutOff, err := sqlx.Open(b.driver, u.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cutOff.Close() })
+		p := startProxy(t, serverAddr(t, b))
+		cutOff := b
+		cutOff.DB = testdb.OpenPool(t, b.Driver, proxiedDSN(t, b, p.Addr()))
 
-		regA := newRegistry(t, cutOff, b.dialect, run, registry.WithKeepAlive(), registry.WithTTL(ttl),
+		regA := newRegistry(t, cutOff, run, registry.WithKeepAlive(), registry.WithTTL(ttl),
 			registry.WithIdleBetweenTries(50*time.Millisecond))
-		regB := newRegistry(t, db, b.dialect, run, registry.WithTTL(ttl), registry.WithIdleBetweenTries(50*time.Millisecond))
+		regB := newRegistry(t, b, run, registry.WithTTL(ttl), registry.WithIdleBetweenTries(50*time.Millisecond))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 
@@ -50,29 +40,15 @@ func TestAPartitionedHolderSeesDoneBeforeItsLeaseExpires(t *testing.T) {
 			t.Fatal(err)
 		}
 		tokenA, doneA := a.Token(), a.Done()
-		// Keep-alive works through the proxy: the lease is renewed.
-		first := leaseRow(t, db, b.dialect, run, key)
-		for deadline := time.Now().Add(2 * ttl); leaseRow(t, db, b.dialect, run, key).expires == first.expires; {
-			if time.Now().After(deadline) {
-				t.Fatal("the keep-alive did not renew the lease through the proxy")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-
-		p.Cut()
-		select {
-		case <-doneA:
-		case <-time.After(3 * ttl):
-			t.Fatal("Done did not close after the partition")
-		}
-		now, err := dbNow(ctx, db, b.dialect)
+		cutAfterRenewal(t, p, ttl, doneA, func() int64 { return b.MustLease(t, run, key).Expires })
+		now, err := b.Clock(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		last := leaseRow(t, db, b.dialect, run, key) // final: A cannot reach the database
-		if now >= last.expires {
+		last := b.MustLease(t, run, key) // final: A cannot reach the database
+		if now >= last.Expires {
 			t.Errorf("Done closed %v after the lease expired by the database's clock",
-				time.Duration(now-last.expires)*time.Microsecond)
+				time.Duration(now-last.Expires)*time.Microsecond)
 		}
 
 		l := regB.Obtain(key)
@@ -80,18 +56,18 @@ func TestAPartitionedHolderSeesDoneBeforeItsLeaseExpires(t *testing.T) {
 			t.Fatal(err)
 		}
 		tokenB := l.Token()
-		next := leaseRow(t, db, b.dialect, run, key)
-		if acquiredAt := next.expires - ttl.Microseconds(); acquiredAt < last.expires {
+		next := b.MustLease(t, run, key)
+		if acquiredAt := next.Expires - ttl.Microseconds(); acquiredAt < last.Expires {
 			t.Errorf("the other client acquired %v before the partitioned holder's lease expired",
-				time.Duration(last.expires-acquiredAt)*time.Microsecond)
+				time.Duration(last.Expires-acquiredAt)*time.Microsecond)
 		}
-		if err := incrementFenced(ctx, db, run, key, tokenB); err != nil {
+		if err := incrementFenced(ctx, b, run, key, tokenB); err != nil {
 			t.Errorf("the new holder's write: %v", err)
 		}
-		if err := incrementFenced(ctx, db, run, key, tokenA); !errors.Is(err, errRefused) {
+		if err := incrementFenced(ctx, b, run, key, tokenA); !errors.Is(err, errRefused) {
 			t.Errorf("a write with the partitioned holder's stale token %d (new token %d): %v, want it refused", tokenA, tokenB, err)
 		}
-		if n, _ := counter(t, db, run, key); n != 1 {
+		if n, _ := counter(t, b, run, key); n != 1 {
 			t.Errorf("counter %d, want 1", n)
 		}
 		if err := l.UnlockContext(ctx); err != nil {
@@ -104,7 +80,7 @@ func TestAPartitionedHolderSeesDoneBeforeItsLeaseExpires(t *testing.T) {
 		}
 		t.Logf("round %d: partition cut while holding; Done closed %v before expiry by the database's clock; "+
 			"the other client acquired %v after expiry; stale token %d refused after token %d",
-			round, (time.Duration(last.expires-now) * time.Microsecond).Round(time.Millisecond),
-			(time.Duration(next.expires-ttl.Microseconds()-last.expires) * time.Microsecond).Round(time.Millisecond), tokenA, tokenB)
+			round, (time.Duration(last.Expires-now) * time.Microsecond).Round(time.Millisecond),
+			(time.Duration(next.Expires-ttl.Microseconds()-last.Expires) * time.Microsecond).Round(time.Millisecond), tokenA, tokenB)
 	}
 }

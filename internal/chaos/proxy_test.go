@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // proxy forwards TCP connections to a target until it is cut: Cut closes
@@ -104,4 +105,24 @@ func (p *proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
+}
+
+// cutAfterRenewal waits until a keep-alive through p has renewed the lease
+// (expires, read directly, changes within two TTLs), then cuts p and waits
+// for the holder's done to close, within three TTLs.
+func cutAfterRenewal(t *testing.T, p *proxy, ttl time.Duration, done <-chan struct{}, expires func() int64) {
+	t.Helper()
+	first := expires()
+	for deadline := time.Now().Add(2 * ttl); expires() == first; {
+		if time.Now().After(deadline) {
+			t.Fatal("the keep-alive did not renew the lease through the proxy")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.Cut()
+	select {
+	case <-done:
+	case <-time.After(3 * ttl):
+		t.Fatal("Done did not close after the partition")
+	}
 }

@@ -12,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
+	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -22,28 +21,28 @@ import (
 // live, Lock calls blocked during the outage return once the server is
 // back, and the failures go to the registries' error handlers.
 func TestADatabaseRestartMidRunLosesNothingAndLockCallsResume(t *testing.T) {
-	for _, b := range serverBackends() {
-		t.Run(b.name, func(t *testing.T) {
-			stop, start := b.serverControl(t)
-			db := b.open(t)
-			t.Cleanup(func() { b.ensureUp(t, start) })
+	for _, b := range serverBackends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			stop, start := serverControl(t, b)
+			b.Require(t)
+			t.Cleanup(func() { ensureUp(t, b, start) })
 			for round := range scale(1) {
-				r := newRestartRun(t, b, db)
+				r := newRestartRun(t, b)
 				r.start()
 				r.waitAcquisitions(t, 30)
 				if err := shell(stop); err != nil {
 					r.stop()
-					t.Fatalf("stopping %s: %v", b.name, err)
+					t.Fatalf("stopping %s: %v", b.Name, err)
 				}
 				time.Sleep(2 * time.Second) // Lock calls block meanwhile
 				before := r.acquisitions.Load()
 				if err := shell(start); err != nil {
 					r.stop()
-					t.Fatalf("starting %s: %v", b.name, err)
+					t.Fatalf("starting %s: %v", b.Name, err)
 				}
-				if err := pingUntil(db.DB, time.Minute); err != nil {
+				if err := pingUntil(b.DB, time.Minute); err != nil {
 					r.stop()
-					t.Fatalf("%s does not answer after the restart: %v", b.name, err)
+					t.Fatalf("%s does not answer after the restart: %v", b.Name, err)
 				}
 				r.waitAcquisitions(t, before+30)
 				r.stop()
@@ -51,7 +50,7 @@ func TestADatabaseRestartMidRunLosesNothingAndLockCallsResume(t *testing.T) {
 				t.Logf("%s round %d: restart with %d workers on %d keys: %d acquisitions (%d after the restart), "+
 					"%d errors reported to the handlers, %d holds outlived by the outage (write abandoned after Done), "+
 					"%d unlocks falsely reporting a lost lease after a retried release; counters exact, no overlapping live holds",
-					b.name, round, r.workers, len(r.keys), r.acquisitions.Load(), r.acquisitions.Load()-before,
+					b.Name, round, r.workers, len(r.keys), r.acquisitions.Load(), r.acquisitions.Load()-before,
 					r.reported.Load(), r.stale.Load(), r.spuriousLost.Load())
 			}
 		})
@@ -61,8 +60,7 @@ func TestADatabaseRestartMidRunLosesNothingAndLockCallsResume(t *testing.T) {
 // restartRun is a contended run of several registries, each with a pool
 // of its own, incrementing fenced counters until stopped.
 type restartRun struct {
-	b       backend
-	db      *sqlx.DB // the guarded data
+	b       testdb.Backend // the guarded data
 	run     string
 	keys    []string
 	regs    []*registry.Registry
@@ -87,13 +85,14 @@ type restartRun struct {
 
 const restartTTL = 3 * time.Second
 
-func newRestartRun(t *testing.T, b backend, db *sqlx.DB) *restartRun {
-	r := &restartRun{b: b, db: db, run: newRun(), keys: []string{"restart-a", "restart-b"},
+func newRestartRun(t *testing.T, b testdb.Backend) *restartRun {
+	r := &restartRun{b: b, run: newRun(), keys: []string{"restart-a", "restart-b"},
 		stopping: make(chan struct{}), holders: map[string]<-chan struct{}{}, accepted: map[string]int64{}, unlockRetries: map[string]int{}}
-	seedCounters(t, db, r.run, r.keys)
+	seedCounters(t, b, r.run, r.keys)
 	for range 3 {
-		pool := b.open(t)
-		r.regs = append(r.regs, newRegistry(t, pool, b.dialect, r.run, registry.WithTTL(restartTTL),
+		pool := b
+		pool.DB = testdb.OpenPool(t, b.Driver, b.DSN)
+		r.regs = append(r.regs, newRegistry(t, pool, r.run, registry.WithTTL(restartTTL),
 			registry.WithIdleBetweenTries(20*time.Millisecond),
 			registry.WithErrorHandler(func(key string, err error) {
 				r.reported.Add(1)
@@ -179,7 +178,7 @@ func (r *restartRun) hold(reg *registry.Registry, key string) error {
 
 	var werr error
 	for {
-		werr = incrementFenced(ctx, r.db, r.run, key, token)
+		werr = incrementFenced(ctx, r.b, r.run, key, token)
 		if werr == nil {
 			r.mu.Lock()
 			r.accepted[key]++
@@ -241,7 +240,7 @@ func (r *restartRun) check(t *testing.T) {
 		t.Error(err)
 	}
 	for _, k := range r.keys {
-		if n, _ := counter(t, r.db, r.run, k); n != r.accepted[k] {
+		if n, _ := counter(t, r.b, r.run, k); n != r.accepted[k] {
 			t.Errorf("key %s: counter %d, but %d writes were accepted", k, n, r.accepted[k])
 		}
 	}

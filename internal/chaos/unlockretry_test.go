@@ -43,14 +43,14 @@ func (r *lostReply) Release(ctx context.Context, key string) error {
 // expired, as the earlier attempt's success (see the report of issue 5).
 func TestAnUnlockWhoseCommittedReleaseLostItsReplyIsNotALostLease(t *testing.T) {
 	for _, b := range allBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			db := b.open(t)
+		t.Run(b.Name, func(t *testing.T) {
+			b.Require(t)
 			run := newRun()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			regB := newRegistry(t, db, b.dialect, run)
+			regB := newRegistry(t, b, run)
 			other := regB.Obtain("k")
-			repoA, err := jdbc.NewLockRepository(ctx, db, jdbc.WithRegion(run))
+			repoA, err := jdbc.NewLockRepository(ctx, b.DB, jdbc.WithRegion(run))
 			if err != nil {
 				t.Fatal(err)
 			}

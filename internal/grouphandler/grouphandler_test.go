@@ -3,7 +3,6 @@ package grouphandler
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/internal/testpub"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -73,15 +73,6 @@ func (lostLock) Done() <-chan struct{}                        { return closed }
 
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// countingPublisher counts the messages it is given.
-type countingPublisher struct{ n atomic.Int32 }
-
-func (p *countingPublisher) Publish(_ string, msgs ...*message.Message) error {
-	p.n.Add(int32(len(msgs)))
-	return nil
-}
-func (p *countingPublisher) Close() error { return nil }
-
 func TestWorkOnALostHoldChangesAndPublishesNothing(t *testing.T) {
 	ctx := context.Background()
 	store := groupstore.NewMemory()
@@ -89,7 +80,7 @@ func TestWorkOnALostHoldChangesAndPublishesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := &countingPublisher{}
+	pub := testpub.NewRecorder()
 	k := testKind()
 	c := New(k, Settings{Publisher: pub, OutputTopic: "out", DiscardTopic: "discard", Store: store, Locks: lostLocks{},
 		Logger: watermill.NopLogger{}})
@@ -105,7 +96,7 @@ func TestWorkOnALostHoldChangesAndPublishesNothing(t *testing.T) {
 	if !errors.Is(err, k.Errors.LockLost) {
 		t.Errorf("WithLock: %v, want LockLost", err)
 	}
-	if n := pub.n.Load(); n != 0 {
+	if n := len(pub.On("out")) + len(pub.On("discard")); n != 0 {
 		t.Errorf("%d message(s) published without the lock", n)
 	}
 	if after, err := store.Get(ctx, "g"); err != nil || after.Complete || after.Version != g.Version {

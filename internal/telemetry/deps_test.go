@@ -10,7 +10,7 @@ import (
 // Prometheus exporter are for applications, examples and tests.
 func TestLibraryPackagesDependOnTheAPIOnly(t *testing.T) {
 	pkgs := []string{"registry", "jdbc", "tasklock", "leader", "lockmw", "aggregator", "resequencer",
-		"groupstore/...", "jdbc/pgxlisten", "jdbc/pqlisten"}
+		"groupstore/...", "jdbc/pgxlisten", "jdbc/pqlisten", "redislock"}
 	args := []string{"list", "-deps"}
 	for _, p := range pkgs {
 		args = append(args, "github.com/lockreg/lockreg/"+p)

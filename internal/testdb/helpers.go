@@ -41,36 +41,48 @@ func SQLiteMillis(t string) string {
 	return `CAST(ROUND((julianday(` + t + `) - 2440587.5) * 86400000.0) AS INTEGER)`
 }
 
-// Remaining is the SQL of the microseconds from the database's now to the
-// time column col (negative once it passed).
-func (b Backend) Remaining(col string) string {
+// Micros is the SQL of the time col (a column of UTC wall time, or an
+// expression of the database's now) in microseconds since 1970, the unit of
+// jdbc's fencing tokens and of Clock; on SQLite to the millisecond.
+func (b Backend) Micros(col string) string {
 	switch b.Dialect {
 	case jdbc.Postgres:
-		return `CAST(EXTRACT(EPOCH FROM (` + col + ` - timezone('UTC', now()))) * 1000000 AS BIGINT)`
+		return `CAST(EXTRACT(EPOCH FROM ` + col + `) * 1000000 AS BIGINT)`
 	case jdbc.MySQL:
-		return `TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), ` + col + `)`
+		return `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ` + col + `)`
 	default:
-		return SQLiteMillis(col) + ` * 1000 - ` + SQLiteMillis(`'now'`) + ` * 1000`
+		return SQLiteMillis(col) + ` * 1000`
 	}
 }
 
-// Now returns the database's clock as UTC wall time.
+// clock is the SQL of the database's clock in microseconds since 1970, read
+// when the statement evaluates it: on PostgreSQL clock_timestamp(), not the
+// transaction's start that now() is.
+func (b Backend) clock() string {
+	return b.Micros(map[jdbc.Dialect]string{
+		jdbc.Postgres: `clock_timestamp()`,
+		jdbc.MySQL:    `UTC_TIMESTAMP(6)`,
+		jdbc.SQLite:   `'now'`,
+	}[b.Dialect])
+}
+
+// Clock reads the database's clock in microseconds since 1970 (UTC), the
+// unit of jdbc's fencing tokens; on SQLite to the millisecond. It takes no
+// testing.TB, so that the tests' child processes can use it too.
+func (b Backend) Clock(ctx context.Context) (int64, error) {
+	var n int64
+	err := b.DB.QueryRowContext(ctx, `SELECT `+b.clock()).Scan(&n)
+	return n, err
+}
+
+// Now returns the database's clock (see Clock) as UTC wall time.
 func (b Backend) Now(t testing.TB) time.Time {
 	t.Helper()
-	query := map[jdbc.Dialect]string{
-		jdbc.Postgres: `SELECT CAST(timezone('UTC', now()) AS TEXT)`,
-		jdbc.MySQL:    `SELECT CAST(UTC_TIMESTAMP(6) AS CHAR)`,
-		jdbc.SQLite:   `SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')`,
-	}[b.Dialect]
-	var s string
-	if err := b.DB.QueryRowContext(context.Background(), query).Scan(&s); err != nil {
-		t.Fatal(err)
-	}
-	now, err := time.Parse("2006-01-02 15:04:05.999999999", s)
+	n, err := b.Clock(context.Background())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("reading the database's clock: %v", err)
 	}
-	return now
+	return time.UnixMicro(n).UTC()
 }
 
 // At converts a time to a parameter of b's time columns.

@@ -1,12 +1,16 @@
 // Package testdb opens the databases lockreg's tests run on: PostgreSQL
 // through pgx and lib/pq, MariaDB, and SQLite (modernc.org/sqlite), with
-// lockreg's tables created, for the tests of packages jdbc, groupstore/sqlstore,
-// tasklock, aggregator and resequencer. It is imported by tests only.
+// lockreg's tables created, and Redis; and it reads what the tests check
+// there: lease rows and the database's clock. Every package's database
+// tests use it, including the fault tests of internal/chaos and the
+// multi-process tests of internal/clustertest and leader. It is imported
+// by tests only.
 //
-// The servers are found through LOCKREG_POSTGRES_DSN and LOCKREG_MYSQL_DSN
-// (by default a database "test" on 127.0.0.1 with the default ports); a
-// server that cannot be reached fails the test when CI=true and skips it
-// otherwise.
+// The servers are found through LOCKREG_POSTGRES_DSN, LOCKREG_MYSQL_DSN
+// (by default a database "test" on 127.0.0.1 with the default ports) and
+// LOCKREG_REDIS_ADDR (by default 127.0.0.1:6379); a server that cannot be
+// reached fails the test when CI=true and skips it otherwise (see
+// Unreachable).
 package testdb
 
 import (
@@ -15,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -41,7 +46,8 @@ type Backend struct {
 	skip string
 }
 
-// Require skips t when b's server could not be reached.
+// Require skips t when b's server could not be reached (on CI, Open has
+// failed the test already).
 func (b Backend) Require(t testing.TB) {
 	t.Helper()
 	if b.DB == nil {
@@ -56,6 +62,8 @@ type backend struct {
 	server       string // for messages
 }
 
+// backends are the backends in the order Open returns them; their names
+// are the Names of the Backends.
 var backends = []backend{
 	{"postgres-pgx", "pgx", jdbc.Postgres, "LOCKREG_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "postgres"},
 	{"postgres-pq", "postgres", jdbc.Postgres, "LOCKREG_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "postgres"},
@@ -80,21 +88,54 @@ type serverInfo struct {
 	schemaDone  bool
 }
 
-// Open opens the four backends for t: postgres-pgx (pgx/v5 stdlib),
-// postgres-pq (lib/pq), mariadb (go-sql-driver/mysql) and sqlite (modernc,
-// a fresh file in t.TempDir()). The pools are closed when t ends. The lock
-// and group tables are created once per server per process, and in every
-// SQLite file. A backend whose server cannot be reached fails t when
-// CI=true; otherwise its entry has a nil DB and Require (or ForEach) skips
-// the subtest that uses it.
-func Open(t testing.TB) []Backend {
+// Open opens backends for t: without names the four, postgres-pgx (pgx/v5
+// stdlib), postgres-pq (lib/pq), mariadb (go-sql-driver/mysql) and sqlite
+// (modernc, a fresh file in t.TempDir()); with names those of these Names,
+// in the order given. An unknown name panics: it is a mistake in the test.
+// The pools are closed when t ends. The lock and group tables are created
+// once per server per process, and in every SQLite file. A backend whose
+// server cannot be reached fails t when CI=true; otherwise its entry has a
+// nil DB and Require (or ForEach) skips the subtest that uses it.
+func Open(t testing.TB, names ...string) []Backend {
 	t.Helper()
-	out := make([]Backend, 0, len(backends))
-	for _, b := range backends {
-		out = append(out, open(t, b))
+	if len(names) == 0 {
+		for _, b := range backends {
+			names = append(names, b.name)
+		}
+	}
+	out := make([]Backend, 0, len(names))
+	for _, name := range names {
+		i := slices.IndexFunc(backends, func(b backend) bool { return b.name == name })
+		if i < 0 {
+			panic(fmt.Sprintf("testdb: no backend %q", name))
+		}
+		out = append(out, open(t, backends[i]))
 	}
 	return out
 }
+
+// Postgres opens PostgreSQL through pgx alone, for the tests that need one
+// server, and skips t (fails it when CI=true) if it cannot be reached.
+func Postgres(t testing.TB) Backend {
+	t.Helper()
+	b := Open(t, "postgres-pgx")[0]
+	b.Require(t)
+	return b
+}
+
+// Unreachable fails t with msg when CI=true and skips it otherwise: the
+// rule for a test whose server, or what it needs to control the server,
+// cannot be reached.
+func Unreachable(t testing.TB, msg string) {
+	t.Helper()
+	if onCI() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg) // the server is unreachable
+}
+
+// onCI reports whether the tests run on CI, where nothing may be skipped.
+func onCI() bool { return os.Getenv("CI") == "true" }
 
 // ForEach runs test as a subtest of t for each backend.
 func ForEach(t *testing.T, test func(t *testing.T, b Backend)) {
@@ -110,7 +151,7 @@ func ForEach(t *testing.T, test func(t *testing.T, b Backend)) {
 // SQLite opens the SQLite backend alone, which needs no server.
 func SQLite(t testing.TB) Backend {
 	t.Helper()
-	return open(t, backends[len(backends)-1])
+	return Open(t, "sqlite")[0]
 }
 
 func open(t testing.TB, b backend) Backend {
@@ -136,7 +177,7 @@ func open(t testing.TB, b backend) Backend {
 	}
 	if info.unreachable != nil {
 		msg := fmt.Sprintf("%s unreachable at %s (set %s): %v", b.server, db.DSN, b.envVar, info.unreachable)
-		if os.Getenv("CI") == "true" {
+		if onCI() {
 			t.Fatal(msg)
 		}
 		db.skip = msg
