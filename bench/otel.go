@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -63,8 +64,9 @@ func sdkMeters() *sdkmetric.MeterProvider {
 var _ metric.MeterProvider = (*sdkmetric.MeterProvider)(nil)
 
 // otelRuns measures the variants in otelRounds interleaved rounds of a
-// third of the measured time each and adds one result per variant: the
-// mean of its rounds' cycles/s and the median of their percentiles.
+// otelRounds-th of the measured time each and adds one result per
+// variant: the medians of its rounds' cycles/s and percentiles, which a
+// round that met a burst of load elsewhere moves least.
 func otelRuns(ctx context.Context, e *env, cfg config, add func(result)) {
 	base := contestants[slices.IndexFunc(contestants, func(c contestant) bool { return c.name == "lockreg-pgx" })]
 	if err := e.unavailable(base); err != nil {
@@ -89,6 +91,7 @@ func otelRuns(ctx context.Context, e *env, cfg config, add func(result)) {
 				continue
 			}
 			rounds[i] = append(rounds[i], r)
+			fmt.Fprintf(os.Stderr, "bench: otel round: %-36s %s cycles/s\n", v.name, f(r.OpsPerSec, 0))
 		}
 	}
 	var baseOps float64
@@ -99,7 +102,7 @@ func otelRuns(ctx context.Context, e *env, cfg config, add func(result)) {
 			add(res)
 			continue
 		}
-		res.OpsPerSec = fp(meanOf(rounds[i], func(r result) *float64 { return r.OpsPerSec }))
+		res.OpsPerSec = fp(medianOf(rounds[i], func(r result) *float64 { return r.OpsPerSec }))
 		res.AcqP50us = fp(medianOf(rounds[i], func(r result) *float64 { return r.AcqP50us }))
 		res.AcqP99us = fp(medianOf(rounds[i], func(r result) *float64 { return r.AcqP99us }))
 		res.RelP50us = fp(medianOf(rounds[i], func(r result) *float64 { return r.RelP50us }))
@@ -112,16 +115,6 @@ func otelRuns(ctx context.Context, e *env, cfg config, add func(result)) {
 		}
 		add(res)
 	}
-}
-
-func meanOf(rs []result, get func(result) *float64) float64 {
-	var sum float64
-	for _, r := range rs {
-		if p := get(r); p != nil {
-			sum += *p
-		}
-	}
-	return sum / float64(len(rs))
 }
 
 func medianOf(rs []result, get func(result) *float64) float64 {
