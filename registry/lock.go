@@ -66,7 +66,9 @@ type Lock interface {
 	// UnlockContext releases the lock and reports what Unlock would pass to
 	// the error handler: an error wrapping ErrLockLost when the lease had
 	// expired and is no longer this holder's, so the guarded data may have
-	// been changed by another process. It returns ErrNotHeld, without
+	// been changed by another process; also when failing releases were
+	// retried until the lease ran out, as the hold then ended by expiry.
+	// It returns ErrNotHeld, without
 	// panicking, if the lock is not held. The local lock is released in
 	// every other case.
 	UnlockContext(ctx context.Context) error

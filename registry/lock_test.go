@@ -194,7 +194,10 @@ func TestRenewRetriesTransientErrors(t *testing.T) {
 	}
 }
 
-func TestUnlockGivesUpOnceTheLeaseWouldHaveExpiredAndFreesTheKey(t *testing.T) {
+// A release that cannot get through before the lease runs out ends the
+// hold by expiry: the unlock reports the lease lost (the guarded data may be
+// another holder's now), with the error it gave up on.
+func TestUnlockGivesUpOnceTheLeaseWouldHaveExpiredReportsItLostAndFreesTheKey(t *testing.T) {
 	repo, _ := newHooked()
 	var broken atomic.Bool
 	repo.release = func(context.Context) (bool, error) {
@@ -206,8 +209,8 @@ func TestUnlockGivesUpOnceTheLeaseWouldHaveExpiredAndFreesTheKey(t *testing.T) {
 	l := newReg(t, repo, registry.WithTTL(100*time.Millisecond), registry.WithErrorHandler(func(string, error) {})).Obtain("k")
 	l.Lock()
 	broken.Store(true)
-	if err := l.UnlockContext(context.Background()); !errors.Is(err, registry.ErrTransient) {
-		t.Fatalf("got %v, want the transient error it gave up on", err)
+	if err := l.UnlockContext(context.Background()); !errors.Is(err, registry.ErrLockLost) || !errors.Is(err, registry.ErrTransient) {
+		t.Fatalf("got %v, want ErrLockLost with the transient error it gave up on", err)
 	}
 	broken.Store(false)
 	if !l.TryLock() {

@@ -36,8 +36,11 @@ func attempt(ctx context.Context, ttl time.Duration, call func(context.Context) 
 // transient errors with backoff until ctx is done or the next retry would
 // start after until, when the lease it is about has run out and a retry
 // could no longer matter. It passes each error it retries to retrying. It
-// returns nil, the first error that is not transient, ctx's error, or the
-// last transient error, noting that it gave up.
+// returns nil, the first error that is not transient, ctx's error, or, when
+// it gives up, an error wrapping both ErrLockLost and the last transient
+// error: the lease runs out before any retry could succeed, so the hold is
+// over whatever the repository did, and a caller must treat the guarded
+// data as possibly changed by another holder.
 func retryUntil(ctx context.Context, until time.Time, ttl, idle time.Duration,
 	retrying func(error), call func(context.Context) error) error {
 	bo := newBackoff(idle)
@@ -51,7 +54,7 @@ func retryUntil(ctx context.Context, until time.Time, ttl, idle time.Duration,
 		}
 		delay := bo.Next()
 		if time.Until(until) < delay {
-			return fmt.Errorf("gave up as the lease expired: %w", err)
+			return fmt.Errorf("%w: gave up as the lease expires before a retry: %w", ErrLockLost, err)
 		}
 		retrying(err)
 		if !backoff.Sleep(ctx, delay, nil) {

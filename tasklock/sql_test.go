@@ -150,7 +150,9 @@ func TestTaskLockTimeout(t *testing.T) {
 		region := testdb.RandomRegion()
 		a, b := newTaskNode(t, db.DB, region), newTaskNode(t, db.DB, region)
 		name := taskName()
-		l := mustLock(t, a, name, tasklock.LockAtMostFor(50*time.Millisecond))
+		// Each statement is bounded by the lease: a lease of milliseconds
+		// fails its own acquisition when the machine is loaded.
+		l := mustLock(t, a, name, tasklock.LockAtMostFor(time.Second))
 		var l2 *tasklock.Lock
 		eventually(t, "taking the expired lock", func() bool {
 			var err error
@@ -276,7 +278,7 @@ func TestTaskLockNoExtendOfExpired(t *testing.T) {
 		region := testdb.RandomRegion()
 		a := newTaskNode(t, db.DB, region)
 		name := taskName()
-		l := mustLock(t, a, name, tasklock.LockAtMostFor(100*time.Millisecond))
+		l := mustLock(t, a, name, tasklock.LockAtMostFor(time.Second))
 		eventually(t, "expiry", func() bool { _, rem, _ := taskRow(t, db, region, name); return rem < -time.Millisecond })
 		if err := l.Extend(ctxb, time.Minute, 0); !errors.Is(err, registry.ErrLockLost) {
 			t.Fatalf("Extend of an expired lock = %v, want ErrLockLost", err)
