@@ -88,8 +88,9 @@ func (a *Aggregator) AddHandler(r *message.Router, handlerName, subscribeTopic s
 // group (one Get) for every message, and its release reads it no more.
 // Under ReleaseOnSequenceSize, misfits found at release cost a discard
 // Publish and an Update, and no second Get.
-func (a *Aggregator) Handle(msg *message.Message) error {
-	ctx := msg.Context()
+func (a *Aggregator) Handle(msg *message.Message) (err error) {
+	ctx, end := a.core.Begin(msg)
+	defer func() { end(err) }()
 	key, id, err := a.core.Identify(msg)
 	if err != nil {
 		return err

@@ -167,4 +167,16 @@
 // registry.NewLocal, one statement each with a jdbc repository) and one
 // store Add; a release adds a Get, a Publish and an Update. The timeout
 // runner makes one ClaimDue per PollInterval and instance.
+//
+// # Observability
+//
+// With Config.MeterProvider (by default that of Locks when it is a
+// *registry.Registry) the handler records lockreg.handler.message.duration,
+// lockreg.handler.messages.added and lockreg.handler.messages.discarded,
+// lockreg.handler.groups.completed, lockreg.handler.groups.discarded and
+// lockreg.handler.groups.expired, and lockreg.handler.store.duration, with
+// the attributes lockreg.handler and lockreg.handler.name; with
+// Config.TracerProvider each Handle is a span lockreg.aggregator.handle,
+// a child of the span of the message's context, and each expiry a span
+// lockreg.aggregator.expire. docs/observability.md describes every instrument.
 package aggregator

@@ -150,6 +150,12 @@ type lockregInst struct {
 // defaults (but the table prefix and region), and with listen also
 // jdbc.WithListener (pgxlisten or pqlisten).
 func openLockreg(driver string, listen bool) func(context.Context, *env, int) (instance, error) {
+	return openLockregWith(driver, listen, nil, nil)
+}
+
+// openLockregWith is openLockreg with more options for the registry and
+// the repository (the otel scenario's providers).
+func openLockregWith(driver string, listen bool, more []registry.Option, moreJDBC []jdbc.Option) func(context.Context, *env, int) (instance, error) {
 	return func(ctx context.Context, e *env, pool int) (instance, error) {
 		db, c, err := openDB(e, driver, pool)
 		if err != nil {
@@ -165,14 +171,14 @@ func openLockreg(driver string, listen bool) func(context.Context, *env, int) (i
 		if listen {
 			opts[1] = jdbc.WithRegion("bench-" + driver + "-listen")
 		}
-		repo, err := jdbc.NewLockRepository(ctx, db, opts...)
+		repo, err := jdbc.NewLockRepository(ctx, db, append(opts, moreJDBC...)...)
 		if err != nil {
 			db.Close()
 			return nil, err
 		}
-		reg, err := registry.New(repo, registry.WithErrorHandler(func(key string, err error) {
+		reg, err := registry.New(repo, append([]registry.Option{registry.WithErrorHandler(func(key string, err error) {
 			e.logf("lockreg-%s: %s: %v", driver, key, err)
-		}))
+		})}, more...)...)
 		if err != nil {
 			db.Close()
 			return nil, err

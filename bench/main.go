@@ -49,7 +49,7 @@ type config struct {
 // run per group variant.
 var (
 	lockScenarios = []string{"uncontended", "parallel", "contended", "safety", "cache"}
-	allScenarios  = append(append(slices.Clone(lockScenarios), groupScenarios...), perKeyScenario)
+	allScenarios  = append(append(slices.Clone(lockScenarios), groupScenarios...), perKeyScenario, otelScenario)
 )
 
 func main() {
@@ -243,6 +243,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 
 	if want(perKeyScenario) {
 		perKeyRuns(ctx, e, cfg, add) // perkey.go
+	}
+	if want(otelScenario) && slices.Contains(cfg.only, "lockreg-pgx") {
+		otelRuns(ctx, e, cfg, add) // otel.go
 	}
 
 	writeMarkdown(out, cfg, e.facts(ctx), results, time.Since(began))

@@ -217,3 +217,20 @@ func TestFlags(t *testing.T) {
 		t.Errorf("-quick: %+v, %v", cfg, err)
 	}
 }
+
+// TestQuickOtel runs the otel scenario: lockreg-pgx without telemetry and
+// with the SDK, each measured, the SDK's relative to the default.
+func TestQuickOtel(t *testing.T) {
+	skipWithoutPostgres(t)
+	recs := runJSON(t, "-pgdb", "", "-duration", "300ms", "-warmup", "50ms", "-only", "lockreg-pgx", "-scenarios", otelScenario)
+	var names []string
+	for _, v := range otelVariants {
+		names = append(names, v.name)
+	}
+	checkRecords(t, recs, names, []string{otelScenario})
+	for _, r := range recs {
+		if _, ok := r["relative_to_default"].(float64); !ok && r["contestant"] != otelVariants[0].name {
+			t.Errorf("%v: no relative_to_default", r["contestant"])
+		}
+	}
+}

@@ -87,6 +87,7 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 			return strings.Join([]string{f(r.OpsPerSec, 0), f(r.AcqP50us, 0) + " / " + f(r.AcqP99us, 0),
 				f(r.RelP50us, 0) + " / " + f(r.RelP99us, 0), f(r.StmtsPerOp, 2), f(r.ServerPerOp, 2), i64(r.Retries)}, " | ")
 		})
+	otelSection(section, cfg)
 	section("parallel", fmt.Sprintf("parallel: %d goroutines, distinct keys, one instance", cfg.goroutines),
 		"| contestant | cycles/s | stmts/cycle (client) | server/cycle | 40001 retries | errors |",
 		func(r result) string {

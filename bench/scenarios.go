@@ -48,7 +48,10 @@ type result struct {
 	Errors      *int64   `json:"errors,omitempty"`
 	Violations  *int64   `json:"violations,omitempty"`
 	NsPerOp     *float64 `json:"ns_per_op,omitempty"`
-	BytesPerOp  *float64 `json:"bytes_per_lock,omitempty"`
+	// RelToDefault is the otel scenario's cycles/s relative to the
+	// variant without telemetry.
+	RelToDefault *float64 `json:"relative_to_default,omitempty"`
+	BytesPerOp   *float64 `json:"bytes_per_lock,omitempty"`
 
 	// The aggregator and resequencer scenarios (groups.go). OpsPerSec is
 	// also set to MsgsPerSec; StmtsPerOp and ServerPerOp are per message.

@@ -97,7 +97,7 @@ func newCleanup(r *LockRepository) *cleanup.Runner {
 				return r.wrap(ctx, "jdbc: clean-up of "+c.table, err)
 			}
 			return nil
-		}, c.onError)
+		}, c.reporter("cleanup"))
 }
 
 // DeleteExpired deletes the expired rows of this repository's region,

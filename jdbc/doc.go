@@ -173,4 +173,14 @@
 // without that setting. A custom acquire query is judged by its affected
 // rows only: NewLockRepository refuses one, with ErrClientFoundRows, on
 // connections with clientFoundRows=true.
+//
+// # Observability
+//
+// A LockRepository is a registry.Describer: a registry's metrics, spans and
+// logs name its backend ("postgresql", "mysql", "sqlite"), region and
+// client. With WithMeterProvider it records lockreg.jdbc.statement.duration
+// (s, by operation and outcome) and lockreg.jdbc.listener.reconnects;
+// WithLogger sets the logger of its background errors, which repeat at
+// most once per 10 s in the log. docs/observability.md describes every
+// instrument.
 package jdbc

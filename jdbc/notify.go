@@ -53,6 +53,7 @@ type listenerHub struct {
 	channel  string
 	clientID string // this client: announcements of hand-offs to others are not for us
 	onError  func(error)
+	tel      *repoTel // counts reconnections; nil without instruments
 	// sleep waits d or until ctx is done, reporting whether d passed; tests
 	// replace it before the listener starts.
 	sleep func(ctx context.Context, d time.Duration) bool
@@ -129,6 +130,7 @@ func (e *listenerHub) run(ctx context.Context) {
 			bo.Reset() // a working session ended: start over
 		}
 		wait := bo.Next()
+		e.tel.reconnect()
 		e.onError(fmt.Errorf("jdbc: listening for released locks on %s failed (reconnecting in %v): %w",
 			e.channel, wait.Round(time.Millisecond), err))
 		e.wakeAll()

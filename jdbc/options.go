@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/lockreg/lockreg/internal/dialect"
+	tel "github.com/lockreg/lockreg/internal/telemetry"
 )
 
 // Dialect names the SQL dialect a [LockRepository] speaks. Its value is also
@@ -54,6 +56,8 @@ type options struct {
 	listener   Listener
 	queueTTL   time.Duration
 	onError    func(error)
+	logger     *slog.Logger
+	meters     metric.MeterProvider
 	noPrepare  bool
 	cleanup    cleanupSpec // see cleanup.go
 }
@@ -108,7 +112,8 @@ func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL
 // background work of a repository, one call for each
 // failure: the notification listener's, after which it reconnects with
 // backoff (see WithListener), and the clean-up's (see WithCleanup), which
-// retries at its next interval. The default logs them with log/slog.
+// retries at its next interval. The default logs them to the logger of
+// WithLogger.
 func WithErrorHandler(f func(error)) Option { return func(o *options) { o.onError = f } }
 
 // WithClientID sets the client id, the identity that owns the rows this
@@ -180,7 +185,9 @@ func WithoutPreparedStatements() Option { return func(o *options) { o.noPrepare 
 type config struct {
 	options
 	d     *dialect.Dialect
-	table string // prefix + "LOCK"
+	log   *tel.Logger // background errors without an error handler
+	tel   *repoTel    // nil without WithMeterProvider
+	table string      // prefix + "LOCK"
 	// channel is the PostgreSQL notification channel of the table and
 	// region: a hash, as channel names are at most 63 bytes long.
 	channel string
@@ -246,8 +253,8 @@ func newConfig(db DB, opts []Option) (c *config, err error) {
 	if err := c.settleCleanup(); err != nil {
 		return nil, err
 	}
-	if c.onError == nil {
-		c.onError = func(err error) { slog.Error("lockreg: jdbc", "err", err) }
+	if err := c.newTelemetry(); err != nil {
+		return nil, fmt.Errorf("%w: WithMeterProvider: %w", ErrInvalidOption, err)
 	}
 	c.table = c.prefix + "LOCK"
 	sum := sha256.Sum256([]byte(c.prefix + "\x00" + c.region))

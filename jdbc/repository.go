@@ -105,7 +105,8 @@ func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockReposit
 	}
 	r := newRepository(db, cfg, statements, cfg.noPrepare)
 	if cfg.listener != nil {
-		r.listeners = newListenerHub(cfg.listener, cfg.channel, cfg.clientID, cfg.onError)
+		r.listeners = newListenerHub(cfg.listener, cfg.channel, cfg.clientID, cfg.reporter("listener"))
+		r.listeners.tel = cfg.tel
 	}
 	if err := r.checkTable(ctx, "jdbc: new lock repository", true); err != nil {
 		return nil, err
@@ -122,17 +123,17 @@ func newRepository(db DB, cfg *config, statements *lockStatements, unprepared bo
 		db:      db,
 		cfg:     cfg,
 		sql:     statements,
-		acquire: &stmt{q: statements.acquire, unprepared: unprepared},
-		renew:   &stmt{q: statements.renew, unprepared: unprepared},
-		release: &stmt{q: statements.release, unprepared: unprepared},
+		acquire: &stmt{q: statements.acquire, unprepared: unprepared, tel: cfg.tel.stmt("acquire")},
+		renew:   &stmt{q: statements.renew, unprepared: unprepared, tel: cfg.tel.stmt("renew")},
+		release: &stmt{q: statements.release, unprepared: unprepared, tel: cfg.tel.stmt("release")},
 		held:    make(map[string]*holding),
 
 		acquireReturns: !cfg.querySet[qAcquire] && cfg.d.Lock.TokenRow,
 		releaseReturns: !cfg.querySet[qRelease] && cfg.d.Lock.Queue != nil,
 	}
 	if q := statements.queue; q != nil {
-		r.queue = &waitQueue{acquireOrWait: &stmt{q: q.acquireOrWait, unprepared: unprepared},
-			handed: &stmt{q: q.handed, unprepared: unprepared}, leave: q.leave, sweep: q.sweep}
+		r.queue = &waitQueue{acquireOrWait: &stmt{q: q.acquireOrWait, unprepared: unprepared, tel: cfg.tel.stmt("acquire_or_wait")},
+			handed: &stmt{q: q.handed, unprepared: unprepared, tel: cfg.tel.stmt("handed_lease")}, leave: q.leave, sweep: q.sweep}
 	}
 	return r
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/lockreg/lockreg/internal/dialect"
 )
@@ -19,6 +20,7 @@ import (
 type stmt struct {
 	q          dialect.Query
 	unprepared bool
+	tel        *stmtTel // records durations; nil without instruments
 
 	mu        sync.Mutex
 	st        *sql.Stmt
@@ -29,7 +31,10 @@ type stmt struct {
 
 // exec executes the statement with args: one round trip once prepared on the
 // connection database/sql picks.
-func (s *stmt) exec(ctx context.Context, db DB, args []any) (sql.Result, error) {
+func (s *stmt) exec(ctx context.Context, db DB, args []any) (_ sql.Result, err error) {
+	if s.tel != nil {
+		defer func(start time.Time) { s.tel.record(ctx, start, err) }(time.Now())
+	}
 	st := s.get(ctx, db)
 	if st == nil {
 		res, err := db.ExecContext(ctx, s.q.SQL, args...)
@@ -42,7 +47,10 @@ func (s *stmt) exec(ctx context.Context, db DB, args []any) (sql.Result, error) 
 
 // scan executes the statement, a query of at most one row, and scans that
 // row into dest. It reports false, with a nil error, when there is no row.
-func (s *stmt) scan(ctx context.Context, db DB, args []any, dest ...any) (bool, error) {
+func (s *stmt) scan(ctx context.Context, db DB, args []any, dest ...any) (_ bool, err error) {
+	if s.tel != nil {
+		defer func(start time.Time) { s.tel.record(ctx, start, err) }(time.Now())
+	}
 	var row *sql.Row
 	if st := s.get(ctx, db); st == nil {
 		row = db.QueryRowContext(ctx, s.q.SQL, args...)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	tel "github.com/lockreg/lockreg/internal/telemetry"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -19,6 +20,7 @@ type Candidate struct {
 	lock registry.Lock
 	role string
 	opts options
+	log  *tel.Logger // without an error handler
 
 	stop context.CancelCauseFunc // ends the campaign
 	done chan struct{}           // closed when the campaign has ended
@@ -58,8 +60,14 @@ func New(locks registry.LockRegistry, role string, opts ...Option) (*Candidate, 
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	if o.logger == nil {
+		if r, ok := locks.(*registry.Registry); ok {
+			o.logger = r.Logger()
+		}
+	}
 	ctx, stop := context.WithCancelCause(context.Background())
 	c := &Candidate{
+		log:     tel.NewLogger(o.logger, tel.LogKey, role),
 		lock:    locks.Obtain(role),
 		role:    role,
 		opts:    o,
@@ -190,7 +198,7 @@ func (c *Candidate) campaign(ctx context.Context) {
 			c.report(err)
 			return
 		default:
-			c.report(fmt.Errorf("leader: competing for %q (trying again in %v): %w", c.role, c.opts.busyWait, err))
+			c.reportRepeated("compete", fmt.Errorf("leader: competing for %q (trying again in %v): %w", c.role, c.opts.busyWait, err))
 		}
 		t := time.NewTimer(c.opts.busyWait)
 		select {
@@ -263,7 +271,7 @@ func (c *Candidate) keep(t *Term) {
 			return
 		default:
 			next = c.opts.ttl / 10
-			c.report(fmt.Errorf("leader: renewal of %q (retrying in %v): %w", c.role, next, err))
+			c.reportRepeated("renew", fmt.Errorf("leader: renewal of %q (retrying in %v): %w", c.role, next, err))
 		}
 		timer.Reset(next)
 	}
@@ -284,4 +292,21 @@ func (c *Candidate) unlock(t *Term) {
 	c.report(fmt.Errorf("leader: release of %q: %w", c.role, err))
 }
 
-func (c *Candidate) report(err error) { c.opts.errorHandler(err) }
+// report passes err to the error handler, or logs it.
+func (c *Candidate) report(err error) {
+	if h := c.opts.errorHandler; h != nil {
+		h(err)
+		return
+	}
+	c.log.Error("lockreg: leader election error", err)
+}
+
+// reportRepeated is report for a failure of kind that the candidate
+// retries, and so may repeat: logged at most once per RepeatInterval.
+func (c *Candidate) reportRepeated(kind string, err error) {
+	if h := c.opts.errorHandler; h != nil {
+		h(err)
+		return
+	}
+	c.log.Repeated(kind, "lockreg: leader election error", err)
+}

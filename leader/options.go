@@ -21,11 +21,13 @@ type options struct {
 	busyWait     time.Duration
 	onGranted    func(*Term)
 	onRevoked    func(*Term)
-	errorHandler func(error)
+	errorHandler func(error) // nil: log
+	handlerSet   bool
+	logger       *slog.Logger
 }
 
 func defaultOptions() options {
-	return options{ttl: registry.DefaultTTL, busyWait: DefaultBusyWait, errorHandler: logError}
+	return options{ttl: registry.DefaultTTL, busyWait: DefaultBusyWait}
 }
 
 func (o *options) validate() error {
@@ -34,7 +36,7 @@ func (o *options) validate() error {
 		return fmt.Errorf("leader: WithTTL(%v): %w: %w", o.ttl, ErrInvalidOption, registry.ErrInvalidTTL)
 	case o.busyWait <= 0:
 		return fmt.Errorf("leader: WithBusyWait(%v): %w: must be positive", o.busyWait, ErrInvalidOption)
-	case o.errorHandler == nil:
+	case o.handlerSet && o.errorHandler == nil:
 		return fmt.Errorf("leader: WithErrorHandler(nil): %w: the handler must not be nil", ErrInvalidOption)
 	}
 	return nil
@@ -77,10 +79,17 @@ func OnRevoked(f func(*Term)) Option { return func(o *options) { o.onRevoked = f
 // WithErrorHandler sets the function that receives the errors of the
 // candidate's attempts, renewals and releases, which it retries or gives
 // up on by itself. It is called synchronously and must not block. The
-// default logs with [log/slog] at error level. Transient errors that the
-// registry retries go to the registry's error handler.
-func WithErrorHandler(f func(error)) Option { return func(o *options) { o.errorHandler = f } }
-
-func logError(err error) {
-	slog.Error("lockreg: leader election error", "err", err)
+// default logs them to the logger of [WithLogger], the failed attempts and
+// renewals that the candidate retries at most once per 10 s (with a count
+// of the ones held back). Transient errors that the registry retries go to
+// the registry's error handler.
+func WithErrorHandler(f func(error)) Option {
+	return func(o *options) { o.errorHandler, o.handlerSet = f, true }
 }
+
+// WithLogger sets the logger of the candidate's errors when no
+// [WithErrorHandler] takes them. Records have the field key, the role.
+// Default: the registry's logger (registry.WithLogger) if the
+// LockRegistry is a *registry.Registry, otherwise slog.Default() as it is
+// when they occur.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }

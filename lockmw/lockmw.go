@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -65,7 +66,11 @@ func PerKey(locks registry.LockRegistry, key KeyFunc, opts ...Option) (message.H
 		return nil, err
 	}
 	if o.logger == nil {
-		o.logger = watermill.NewSlogLogger(nil)
+		var l *slog.Logger // slog's default
+		if r, ok := locks.(*registry.Registry); ok {
+			l = r.Logger()
+		}
+		o.logger = watermill.NewSlogLogger(l)
 	}
 	p := &perKey{options: o, locks: locks, key: key}
 	return p.middleware, nil

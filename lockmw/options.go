@@ -94,6 +94,7 @@ func WithMissingKey(m MissingKey) Option { return func(o *options) { o.missing =
 
 // WithLogger sets the logger of the errors that have no caller: a failed
 // unlock that leaves the lease to expire on its own, and renewals that
-// failed without losing the lease. Default: slog's default logger; a nil
-// logger restores it.
+// failed without losing the lease. Default: the registry's logger
+// (registry.WithLogger) if the LockRegistry is a *registry.Registry,
+// otherwise slog's default logger; a nil logger restores the default.
 func WithLogger(l watermill.LoggerAdapter) Option { return func(o *options) { o.logger = l } }

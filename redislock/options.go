@@ -9,7 +9,22 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	tel "github.com/lockreg/lockreg/internal/telemetry"
+	"github.com/lockreg/lockreg/registry"
 )
+
+// backend names Redis in metrics and logs.
+const backend = "redis"
+
+// Describe names the repository's backend ("redis"), region and client
+// for the registry's metrics, spans and logs (registry.Describer). It does
+// no I/O.
+func (r *Repository) Describe() registry.Description {
+	return registry.Description{Backend: backend, Region: r.cfg.region, Client: r.cfg.clientID}
+}
+
+var _ registry.Describer = (*Repository)(nil)
 
 // Defaults of the options. The region is Spring Integration's JDBC
 // default, so that a key means the same in both repositories' docs.
@@ -37,6 +52,7 @@ type options struct {
 	queueTTL   time.Duration
 	onError    func(error)
 	onErrorSet bool
+	logger     *slog.Logger
 }
 
 // WithPrefix sets the prefix of every Redis key and of the channel the
@@ -75,10 +91,18 @@ func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL
 // repository's background work, one call per failure: the pub/sub
 // connection that hears released locks, which then reconnects with
 // backoff. It is called from that goroutine and must not block. The default
-// logs with log/slog at error level.
+// logs them to the logger of [WithLogger].
 func WithErrorHandler(f func(error)) Option {
 	return func(o *options) { o.onError, o.onErrorSet = f, true }
 }
+
+// WithLogger sets the logger of the background errors when no
+// [WithErrorHandler] takes them (default: slog.Default() as it is when
+// they occur). Records have the fields region, client and backend
+// ("redis"), and err; a failure that repeats (the pub/sub connection
+// reconnecting) is logged at most once per 10 s, with a count of the ones
+// held back.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // config is the checked result of applying options.
 type config struct {
@@ -118,7 +142,8 @@ func newConfig(opts []Option) (*config, error) {
 		if c.onErrorSet {
 			return nil, fmt.Errorf("%w: WithErrorHandler(nil): the handler must not be nil", ErrInvalidOption)
 		}
-		c.onError = func(err error) { slog.Error("lockreg: redislock", "err", err) }
+		log := tel.NewLogger(c.logger, tel.LogBackend, backend, tel.LogRegion, c.region, tel.LogClient, c.clientID)
+		c.onError = func(err error) { log.Repeated("listener", "lockreg: redislock", err) }
 	}
 	c.channel = channelName(c.prefix, c.region)
 	return c, nil

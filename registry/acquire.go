@@ -89,7 +89,7 @@ func (a *acquisition) run(ctx context.Context) (bool, error) {
 		switch {
 		case err == nil && ok:
 			a.queued = false // taking the lease left the queue
-			k.setCurrent(newHold(k.reg, k.key, lease, a.ttl, sent))
+			k.setCurrent(newHold(ctx, k.reg, k.key, lease, a.ttl, sent))
 			return true, nil
 		case err == nil:
 			if a.mode == waitNever {
@@ -103,6 +103,7 @@ func (a *acquisition) run(ctx context.Context) (bool, error) {
 				return false, wrap("lock", k.key, err)
 			}
 			k.reg.report(k.key, wrap("lock (retrying)", k.key, err))
+			k.reg.tel.retried(retryAcquire)
 			delay = a.bo.Next()
 		default:
 			return false, wrap("lock", k.key, err)
@@ -120,6 +121,9 @@ func (a *acquisition) ask(ctx context.Context) (Lease, bool, error) {
 	if a.handOff != nil && a.woken {
 		a.woken = false
 		if lease, ok, err := a.handOff.HandedLease(ctx, a.k.key); ok || err != nil {
+			if ok {
+				a.k.reg.tel.handedOff(ctx)
+			}
 			return lease, ok, err
 		}
 	}

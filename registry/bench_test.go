@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/lockreg/lockreg/internal/telemetry/telemetrytest"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -58,5 +59,31 @@ func BenchmarkObtainDistinctKeys(b *testing.B) {
 			r.Obtain(k)
 		}
 		r.Close(context.Background())
+	}
+}
+
+// BenchmarkLocalLockUnlockWithSDK is BenchmarkLocalLockUnlock with
+// OpenTelemetry's SDK recording the registry's metrics (metrics) and also
+// sampling every span (traces): what telemetry adds to a cycle.
+func BenchmarkLocalLockUnlockWithSDK(b *testing.B) {
+	for _, traces := range []bool{false, true} {
+		name := "metrics"
+		opts := []registry.Option{registry.WithMeterProvider(telemetrytest.NewMetrics().Provider)}
+		if traces {
+			name = "traces"
+			opts = append(opts, registry.WithTracerProvider(telemetrytest.NewSpans().Provider))
+		}
+		b.Run(name, func(b *testing.B) {
+			r, err := registry.NewLocal(opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close(context.Background())
+			l := r.Obtain("k")
+			for b.Loop() {
+				l.Lock()
+				l.Unlock()
+			}
+		})
 	}
 }

@@ -24,4 +24,19 @@
 // The repository for SQL databases is in package
 // github.com/lockreg/lockreg/jdbc, the one for Redis in package
 // github.com/lockreg/lockreg/redislock; [NewLocal] needs no database.
+//
+// # Observability
+//
+// With [WithMeterProvider] a registry records, through the OpenTelemetry
+// API, lockreg.lock.acquisitions (by outcome: acquired, not_acquired,
+// error), lockreg.lock.wait.duration and lockreg.lock.hold.duration (s),
+// lockreg.lock.held, lockreg.lock.leases_lost (by reason: expired, renewal,
+// release), lockreg.lock.renewals (by outcome), lockreg.lock.handoffs and
+// lockreg.lock.retries (by operation), each with the attributes
+// lockreg.backend and lockreg.region that the repository reports as a
+// [Describer]. With [WithTracerProvider] it traces lockreg.acquire,
+// lockreg.hold and lockreg.release spans. Without them it records nothing,
+// at the cost of a nil check per hook. [WithLogger] sets where errors
+// without a caller go, with the fields key, region, client and backend.
+// docs/observability.md in the repository describes every instrument.
 package registry

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/lockreg/lockreg/internal/backoff"
 )
 
@@ -26,15 +28,19 @@ type hold struct {
 	expiry   time.Time     // local time by which the lease ends unless renewed
 	deadline time.Time     // expiry less the safety margin: done closes then
 	lost     bool          // done is closed
+	lostLive bool          // done closed before the unlock
 	ended    bool          // unlocked: renewals no longer count
 	watchdog *time.Timer   // closes done at deadline
 	renewal  *time.Timer   // keep-alive; nil without WithKeepAlive
+	tel      *holdTel      // nil without telemetry
 }
 
 // newHold returns the armed hold of lease, taken for ttl by a statement
-// sent at sent. A lease handed over lasts only what remained of it.
-func newHold(reg *Registry, key string, lease Lease, ttl time.Duration, sent time.Time) *hold {
-	h := &hold{reg: reg, key: key, token: lease.Token, ttl: ttl, done: make(chan struct{})}
+// sent at sent, by the acquisition of ctx. A lease handed over lasts only
+// what remained of it.
+func newHold(ctx context.Context, reg *Registry, key string, lease Lease, ttl time.Duration, sent time.Time) *hold {
+	h := &hold{reg: reg, key: key, token: lease.Token, ttl: ttl, done: make(chan struct{}),
+		tel: reg.tel.startHold(ctx, key, lease.Token)}
 	length := ttl
 	if lease.TTL > 0 {
 		length = lease.TTL
@@ -79,19 +85,23 @@ func (h *hold) watch() {
 		h.watchdog.Reset(wait)
 		return
 	}
-	h.lose()
+	h.lose(lossExpired)
 	if h.reg.opts.keepAlive {
 		h.reg.report(h.key, wrap("keep-alive", h.key, errors.New("lease not renewed before its safety margin; Done closed")))
 	}
 }
 
-// lose closes done and stops renewals. h.mu must be held.
-func (h *hold) lose() {
+// lose closes done and stops renewals, for reason. h.mu must be held.
+func (h *hold) lose(reason lossReason) {
 	if h.lost {
 		return
 	}
 	h.lost = true
 	close(h.done)
+	if reason != lossNone {
+		h.lostLive = true
+		h.tel.lost(reason)
+	}
 	if h.renewal != nil {
 		h.renewal.Stop()
 	}
@@ -105,7 +115,7 @@ func (h *hold) end() {
 	if h.watchdog != nil {
 		h.watchdog.Stop()
 	}
-	h.lose()
+	h.lose(lossNone)
 }
 
 // live reports whether the hold has not ended.
@@ -145,6 +155,7 @@ func (h *hold) renewed(ttl time.Duration, sent time.Time, err error) (givenUp bo
 	if h.ended {
 		return false
 	}
+	h.tel.renewed(err == nil && !h.lost, err)
 	switch {
 	case err == nil && h.lost:
 		return true
@@ -152,7 +163,7 @@ func (h *hold) renewed(ttl time.Duration, sent time.Time, err error) (givenUp bo
 		h.ttl = ttl
 		h.arm(sent, ttl)
 	case errors.Is(err, ErrLockLost):
-		h.lose()
+		h.lose(lossRenewal)
 	}
 	return false
 }
@@ -188,6 +199,7 @@ func (h *hold) keepAlive() {
 			return
 		}
 		h.reg.report(h.key, wrap("keep-alive (retrying)", h.key, err))
+		h.reg.tel.retried(retryKeepAlive)
 		if !backoff.Sleep(ctx, bo.Next(), h.reg.done) {
 			return // the watchdog closes done
 		}
@@ -195,10 +207,15 @@ func (h *hold) keepAlive() {
 }
 
 // release gives the lease back to the repository after end.
-func (h *hold) release(ctx context.Context) error {
+func (h *hold) release(ctx context.Context) (err error) {
 	h.mu.Lock()
-	expiry := h.expiry
+	expiry, lostLive := h.expiry, h.lostLive
 	h.mu.Unlock()
+	if h.tel != nil {
+		var span trace.Span
+		ctx, span = h.tel.startRelease(ctx)
+		defer func() { h.tel.ended(ctx, span, lostLive, err) }()
+	}
 	ambiguous := false // an earlier attempt failed and may have committed
 	return h.retry(ctx, "unlock", func(ctx context.Context) error {
 		sent := time.Now()
@@ -225,6 +242,11 @@ func (h *hold) retry(ctx context.Context, op string, call func(context.Context) 
 	h.mu.Unlock()
 	err := retryUntil(ctx, expiry, ttl, h.reg.opts.idle, func(err error) {
 		h.reg.report(h.key, wrap(op+" (retrying)", h.key, err))
+		if op == "renew" {
+			h.reg.tel.retried(retryRenew)
+		} else {
+			h.reg.tel.retried(retryRelease)
+		}
 	}, call)
 	return wrap(op, h.key, err)
 }

@@ -165,9 +165,14 @@ func (l *lockHandle) TryLockTTL(ctx context.Context, ttl time.Duration) (bool, e
 }
 
 // take acquires the key's local primitive and then its lease.
-func (l *lockHandle) take(ctx context.Context, ttl time.Duration, mode waitMode) (bool, error) {
+func (l *lockHandle) take(ctx context.Context, ttl time.Duration, mode waitMode) (ok bool, err error) {
 	if ttl <= 0 {
 		return false, fmt.Errorf("registry: lock %q with ttl %v: %w", l.key, ttl, ErrInvalidTTL)
+	}
+	if t := l.reg.tel; t != nil {
+		var op *acquireOp
+		ctx, op = t.startAcquire(ctx, l.key)
+		defer func() { op.end(ok, err) }()
 	}
 	k, err := l.reg.pin(l)
 	if err != nil {

@@ -2,12 +2,18 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	tel "github.com/lockreg/lockreg/internal/telemetry"
 )
 
 // LockRegistry hands out locks by key. Obtaining a lock costs no I/O; the
@@ -21,6 +27,8 @@ type LockRegistry interface {
 type Registry struct {
 	repo Repository
 	opts options
+	tel  *telemetry  // nil when it reports no metrics or spans
+	log  *tel.Logger // for errors without a caller and an error handler
 
 	mu     sync.Mutex
 	active map[string]*keyState              // held or awaited: never evicted
@@ -60,9 +68,16 @@ func New(repo Repository, opts ...Option) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w: %w", ErrInvalidOption, err)
 	}
+	d := describe(repo)
+	t, err := newTelemetry(&o, d)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w: WithMeterProvider: %w", ErrInvalidOption, err)
+	}
 	return &Registry{
 		repo:   repo,
 		opts:   o,
+		tel:    t,
+		log:    tel.NewLogger(o.logger, logFields(d)...),
 		active: make(map[string]*keyState),
 		idle:   idle,
 		done:   make(chan struct{}),
@@ -214,8 +229,52 @@ func (r *Registry) endBackground() {
 	r.mu.Unlock()
 }
 
+// report passes err, about key, to the error handler, or logs it.
 func (r *Registry) report(key string, err error) {
-	r.opts.errorHandler(key, err)
+	if h := r.opts.errorHandler; h != nil {
+		h(key, err)
+		return
+	}
+	if errors.Is(err, ErrTransient) {
+		r.log.Repeated("transient", "lockreg: lock error", err, tel.LogKey, key)
+		return
+	}
+	r.log.Error("lockreg: lock error", err, tel.LogKey, key)
+}
+
+// Logger returns the logger set with [WithLogger], or slog.Default() as it
+// is now, for packages built on a registry that log beside it.
+func (r *Registry) Logger() *slog.Logger { return r.log.Slog() }
+
+// MeterProvider returns the provider set with [WithMeterProvider], nil if
+// none, for packages built on a registry that record metrics beside it.
+func (r *Registry) MeterProvider() metric.MeterProvider { return r.opts.meters }
+
+// TracerProvider returns the provider set with [WithTracerProvider], nil
+// if none.
+func (r *Registry) TracerProvider() trace.TracerProvider { return r.opts.tracers }
+
+// describe returns what repo says of itself.
+func describe(repo Repository) Description {
+	if d, ok := repo.(Describer); ok {
+		if d := d.Describe(); d.Backend != "" {
+			return d
+		}
+	}
+	return Description{Backend: "other"}
+}
+
+// logFields are the fields of every record a registry on a repository
+// described by d logs.
+func logFields(d Description) []any {
+	f := []any{tel.LogBackend, d.Backend}
+	if d.Region != "" {
+		f = append(f, tel.LogRegion, d.Region)
+	}
+	if d.Client != "" {
+		f = append(f, tel.LogClient, d.Client)
+	}
+	return f
 }
 
 // localRepository grants every lease: the local per-key primitive alone
@@ -228,3 +287,4 @@ func (r *localRepository) Acquire(context.Context, string, time.Duration) (Lease
 func (*localRepository) Renew(context.Context, string, time.Duration) error { return nil }
 func (*localRepository) Release(context.Context, string) error              { return nil }
 func (*localRepository) Close(context.Context) error                        { return nil }
+func (*localRepository) Describe() Description                              { return Description{Backend: "local"} }

@@ -86,6 +86,26 @@ type Notifier interface {
 	Notify(key string, c chan<- struct{}) (stop func())
 }
 
+// A Describer is a [Repository] that says what it is, so that a registry's
+// metrics, spans and logs can name its backend, region and client. A
+// registry on a repository that is no Describer reports backend "other".
+type Describer interface {
+	Describe() Description
+}
+
+// Description is what a [Describer] says of itself. Every field may be
+// empty but Backend.
+type Description struct {
+	// Backend names the storage, in lower case: "postgresql", "mysql",
+	// "sqlite", "redis", "local" (NewLocalRepository)...
+	Backend string
+	// Region partitions the storage, if it has regions.
+	Region string
+	// Client is the repository's client id, the identity its leases
+	// are held under.
+	Client string
+}
+
 // A Lease describes a lease that [Repository.Acquire] took.
 type Lease struct {
 	// Token is the lease's fencing token: greater than the token of every

@@ -5,6 +5,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockreg/lockreg/groupstore"
 	"github.com/lockreg/lockreg/internal/grouphandler"
@@ -146,8 +148,21 @@ type Config struct {
 	// Logger logs discards, lost locks, runner errors and the in-memory
 	// defaults. Default: the
 	// router's logger when added with [Resequencer.AddHandler], otherwise
-	// slog's default logger.
+	// the logger of Locks if it is a *registry.Registry
+	// (registry.WithLogger), or slog's default logger.
 	Logger watermill.LoggerAdapter
+
+	// MeterProvider records the handler's metrics (messages added and
+	// discarded, groups completed, discarded and expired, store call and
+	// message durations; docs/observability.md lists them) and
+	// TracerProvider traces each message's handling (a span
+	// "lockreg.resequencer.handle", a child of the span of the message's context,
+	// which the group lock's spans descend from) and each expiry.
+	// Optional: those of Locks if it is a *registry.Registry (see
+	// registry.WithMeterProvider), otherwise none: the handler records
+	// nothing.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
 }
 
 // kind tells the shared group-handler machinery what it works for.
@@ -172,7 +187,7 @@ func (c Config) settings() grouphandler.Settings {
 		GroupTimeout: c.GroupTimeout, MinimumTimeoutForEmptyGroups: c.MinimumTimeoutForEmptyGroups,
 		PollInterval:     c.PollInterval,
 		DiscardPublisher: c.DiscardPublisher, DiscardTopic: c.DiscardTopic,
-		Logger: c.Logger,
+		Logger: c.Logger, MeterProvider: c.MeterProvider, TracerProvider: c.TracerProvider,
 	}
 }
 

@@ -80,4 +80,16 @@
 // without messages, until MinimumTimeoutForEmptyGroups removes it or the
 // store's own clean-up does (sqlstore.Store: 7 days after its completion,
 // see sqlstore.Config.CleanupRetention).
+//
+// # Observability
+//
+// With Config.MeterProvider (by default that of Locks when it is a
+// *registry.Registry) the handler records lockreg.handler.message.duration,
+// lockreg.handler.messages.added and lockreg.handler.messages.discarded,
+// lockreg.handler.groups.completed, lockreg.handler.groups.discarded and
+// lockreg.handler.groups.expired, and lockreg.handler.store.duration, with
+// the attributes lockreg.handler and lockreg.handler.name; with
+// Config.TracerProvider each Handle is a span lockreg.resequencer.handle,
+// a child of the span of the message's context, and each expiry a span
+// lockreg.resequencer.expire. docs/observability.md describes every instrument.
 package resequencer

@@ -63,8 +63,9 @@ func (q *Resequencer) AddHandler(r *message.Router, handlerName, subscribeTopic 
 // It costs one lock acquisition and release, one store Add and one Get
 // (which reads the group's unreleased messages); a release or discard adds
 // a Publish and an Update (or Remove).
-func (q *Resequencer) Handle(msg *message.Message) error {
-	ctx := msg.Context()
+func (q *Resequencer) Handle(msg *message.Message) (err error) {
+	ctx, end := q.core.Begin(msg)
+	defer func() { end(err) }()
 	key, id, err := q.core.Identify(msg)
 	if err != nil {
 		return err

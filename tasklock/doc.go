@@ -50,4 +50,11 @@
 //     inserted again.
 //   - Owners are per-client UUIDs, not host names: a process cannot release
 //     another process's lock on the same host.
+//
+// # Observability
+//
+// An executor counts its runs, lockreg.task.runs by task and outcome (ran,
+// skipped, error), with the meter provider of its registry options
+// (registry.WithMeterProvider), beside the registry's own lock metrics,
+// and logs its deferred unlocks' errors to registry.WithLogger's logger.
 package tasklock

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/lockreg/lockreg/internal/backoff"
+	tel "github.com/lockreg/lockreg/internal/telemetry"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -44,6 +44,8 @@ type Releaser interface {
 type Executor struct {
 	reg *registry.Registry
 	rel Releaser // nil: lockAtLeastFor is kept by holding the lock locally
+	tel *taskTel // nil without the registry's meter provider
+	log *tel.Logger
 
 	mu      sync.Mutex
 	closed  bool
@@ -53,7 +55,10 @@ type Executor struct {
 // New returns an executor whose locks are leases in repo, taken through a
 // [registry.Registry] made with opts: [registry.WithTTL] sets the default
 // lockAtMostFor, [registry.WithKeepAlive] renews leases of long tasks in
-// the background, and [registry.WithErrorHandler] receives errors that have
+// the background, [registry.WithMeterProvider] counts runs
+// ("lockreg.task.runs", by outcome: ran, skipped or error) beside the
+// registry's own metrics, [registry.WithLogger] logs what has no caller,
+// and [registry.WithErrorHandler] receives errors that have
 // no caller. The executor owns repo; [Executor.Close] closes it. Give each
 // instance its own repository (its own client id).
 //
@@ -71,7 +76,8 @@ func New(repo registry.Repository, opts ...registry.Option) (*Executor, error) {
 		return nil, fmt.Errorf("tasklock: %w", err)
 	}
 	rel, _ := repo.(Releaser)
-	return &Executor{reg: reg, rel: rel, pending: make(map[*Lock]*time.Timer)}, nil
+	return &Executor{reg: reg, rel: rel, pending: make(map[*Lock]*time.Timer),
+		tel: newTaskTel(reg.MeterProvider()), log: tel.NewLogger(reg.Logger())}, nil
 }
 
 // NewLocal returns an executor whose locks exclude runs within this process
@@ -175,6 +181,7 @@ func (e *Executor) Run(ctx context.Context, name string, task func(ctx context.C
 		}
 	}
 	l, err := e.TryLock(ctx, name, opts...)
+	e.tel.run(ctx, name, err)
 	if errors.Is(err, ErrLocked) {
 		return false, nil
 	}
@@ -372,7 +379,7 @@ func (l *Lock) unlockLater(ctx context.Context) error {
 func (l *Lock) finish(ctx context.Context) {
 	l.finishOnce.Do(func() {
 		if err := l.unlockNow(ctx); err != nil {
-			slog.Error("tasklock: deferred unlock", "task", l.name, "err", err)
+			l.e.log.Error("tasklock: deferred unlock", err, tel.LogKey, l.name)
 		}
 	})
 }

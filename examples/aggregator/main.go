@@ -17,6 +17,13 @@
 // the orders topic exactly once:
 //
 //	go run ./examples/aggregator -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+//
+// -metrics serves lockreg's metrics (docs/observability.md lists them) on
+// /metrics in Prometheus's format, through OpenTelemetry's SDK and
+// Prometheus exporter, and keeps serving after the run until interrupted:
+//
+//	go run ./examples/aggregator -metrics 127.0.0.1:9464
+//	curl -s http://127.0.0.1:9464/metrics | grep lockreg_
 package main
 
 import (
@@ -27,6 +34,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -39,6 +47,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"go.opentelemetry.io/otel/metric"
 	_ "modernc.org/sqlite"
 
 	"github.com/lockreg/lockreg/aggregator"
@@ -51,13 +60,32 @@ func main() {
 	defaultFile := filepath.Join(os.TempDir(), "lockreg-aggregator.db")
 	dsn := flag.String("dsn", "sqlite:"+defaultFile, "database: sqlite:FILE, postgres://... or mysql://...")
 	orders := flag.Int("orders", 4, "orders to aggregate")
+	metricsAddr := flag.String("metrics", "", "serve lockreg's metrics on http://ADDR/metrics (host:port) until interrupted")
 	flag.Parse()
-	if err := run(os.Stdout, *dsn, *orders); err != nil {
+	var meters metric.MeterProvider // none: lockreg records nothing
+	if *metricsAddr != "" {
+		srv, err := serveMetrics(*metricsAddr)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer srv.Close(context.Background())
+		meters = srv.Provider
+		fmt.Printf("metrics on http://%s/metrics\n", srv.Addr)
+	}
+	if err := run(os.Stdout, *dsn, *orders, meters); err != nil {
 		log.Fatal(err)
+	}
+	if *metricsAddr != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		fmt.Println("serving metrics until interrupted")
+		<-ctx.Done()
 	}
 }
 
-func run(out io.Writer, dsn string, orders int) error {
+// run aggregates orders on dsn, printing them to out; meters, if not nil,
+// records lockreg's metrics.
+func run(out io.Writer, dsn string, orders int, meters metric.MeterProvider) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -93,11 +121,12 @@ func run(out io.Writer, dsn string, orders int) error {
 	// Two instances: each has its own lock repository (client id), registry,
 	// store handle and router, and consumes its own share of the lines.
 	for i := range 2 {
-		repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithRegion(region))
+		repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithRegion(region), jdbc.WithMeterProvider(meters))
 		if err != nil {
 			return err
 		}
-		locks, err := registry.New(repo)
+		// The aggregator records its metrics with the registry's provider.
+		locks, err := registry.New(repo, registry.WithMeterProvider(meters))
 		if err != nil {
 			return err
 		}

@@ -22,7 +22,7 @@ func wantOrders(n int) string {
 // order, although the lines arrived out of order at two instances.
 func TestExampleAggregatesEachOrderOnce(t *testing.T) {
 	var out strings.Builder
-	if err := run(&out, "sqlite:"+filepath.Join(t.TempDir(), "agg.db"), 4); err != nil {
+	if err := run(&out, "sqlite:"+filepath.Join(t.TempDir(), "agg.db"), 4, nil); err != nil {
 		t.Fatal(err)
 	}
 	if want := wantOrders(4); out.String() != want {
@@ -36,7 +36,7 @@ func TestExampleRunsOnPostgreSQL(t *testing.T) {
 		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 	}
 	var out strings.Builder
-	if err := run(&out, dsn, 2); err != nil {
+	if err := run(&out, dsn, 2, nil); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(err)
 		}

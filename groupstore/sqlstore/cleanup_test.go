@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/lockreg/lockreg/groupstore"
 	"github.com/lockreg/lockreg/groupstore/sqlstore"
+	"github.com/lockreg/lockreg/internal/telemetry/telemetrytest"
 	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/jdbc"
 )
@@ -191,4 +193,24 @@ func TestDisableCleanupStartsNoGoroutine(t *testing.T) {
 		}
 		goleak.VerifyNone(t, before, connectionWatcher)
 	})
+}
+
+// The clean-up's errors go to Config.Logger with the store's region and
+// backend.
+func TestCleanupErrorsAreLoggedWithRegionAndBackend(t *testing.T) {
+	db := testdb.SQLite(t)
+	var buf telemetrytest.Buffer
+	region := testdb.RandomRegion()
+	s := newStore(t, db.DB, sqlstore.Config{Prefix: "NOPE_", Region: region, CleanupInterval: 10 * time.Millisecond,
+		Logger: buf.Logger()})
+	// The first Add starts the clean-up; it fails, as its tables are missing.
+	if _, _, err := s.Add(context.Background(), "k", groupstore.Message{UUID: "m1"}, 0); !errors.Is(err, sqlstore.ErrNoTable) {
+		t.Fatalf("Add: %v, want ErrNoTable", err)
+	}
+	testdb.WaitFor(t, "a logged clean-up failure", func() bool { return strings.Contains(buf.String(), "sqlstore") })
+	for _, want := range []string{"region=" + region, "backend=sqlite", "level=ERROR"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("record %q lacks %q", buf.String(), want)
+		}
+	}
 }

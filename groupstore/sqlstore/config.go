@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockreg/lockreg/internal/dialect"
+	tel "github.com/lockreg/lockreg/internal/telemetry"
 	"github.com/lockreg/lockreg/jdbc"
 )
 
@@ -97,8 +98,14 @@ type Config struct {
 
 	// OnError receives the errors of the background clean-up, one call per
 	// failed pass, which is tried again at its next interval. Optional:
-	// by default they are logged with log/slog.
+	// by default they are logged to Logger.
 	OnError func(error)
+
+	// Logger logs the clean-up's errors when OnError is nil, with the
+	// fields region and backend, at most once per 10 s while they repeat
+	// (with a count of the ones held back). Optional: slog.Default() as it
+	// is when they occur.
+	Logger *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -114,9 +121,16 @@ func (c *Config) setDefaults() {
 	if c.CleanupInterval == 0 {
 		c.CleanupInterval = defaultCleanupInterval
 	}
-	if c.OnError == nil {
-		c.OnError = func(err error) { slog.Error("lockreg: sqlstore", "err", err) }
+}
+
+// reporter returns the function that receives the clean-up's errors on
+// the backend of dialect d: OnError, or the rate-limited Logger.
+func (c Config) reporter(d *dialect.Dialect) func(error) {
+	if c.OnError != nil {
+		return c.OnError
 	}
+	log := tel.NewLogger(c.Logger, tel.LogRegion, c.Region, tel.LogBackend, d.System)
+	return func(err error) { log.Repeated("cleanup", "lockreg: sqlstore", err) }
 }
 
 // validate checks c after setDefaults and returns the dialect of db.

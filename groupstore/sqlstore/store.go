@@ -77,7 +77,7 @@ func New(db DB, cfg Config) (*Store, error) {
 		groups: cfg.Prefix + "GROUP", msgs: cfg.Prefix + "GROUP_MESSAGE", retention: cfg.CleanupRetention}
 	if !cfg.DisableCleanup {
 		s.cleaner = cleanup.New(cfg.CleanupInterval, &leaseRepository{db: db, opts: cfg.lockOptions(d)},
-			groupLeaseKey(cfg.Prefix), "sqlstore", s.sweep, cfg.OnError)
+			groupLeaseKey(cfg.Prefix), "sqlstore", s.sweep, cfg.reporter(d))
 	}
 	return s, nil
 }

@@ -24,6 +24,9 @@ type Dialect struct {
 	// Name is the dialect's name ("postgres", "mysql", "sqlite"), also
 	// the folder of its scripts in package github.com/lockreg/lockreg/sql.
 	Name string
+	// System names the backend in metrics and logs, as OpenTelemetry's
+	// db.system.name does ("postgresql", "mysql", "sqlite").
+	System string
 
 	// Lock and Group are the statements of the lock table and of the
 	// message-group tables that differ between dialects.

@@ -14,6 +14,7 @@ const mysqlNow = `UTC_TIMESTAMP(6)`
 // go-sql-driver/mysql driver.
 var MySQL = register(&Dialect{
 	Name:    "mysql",
+	System:  "mysql",
 	drivers: []string{"github.com/go-sql-driver/mysql"},
 
 	now:   mysqlNow,

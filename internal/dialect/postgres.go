@@ -15,6 +15,7 @@ const pgNow = `timezone('UTC', now())`
 // or lib/pq driver.
 var Postgres = register(&Dialect{
 	Name:    "postgres",
+	System:  "postgresql",
 	dollar:  true,
 	drivers: []string{"github.com/jackc/pgx/v5/stdlib", "github.com/jackc/pgx/v4/stdlib", "github.com/lib/pq"},
 

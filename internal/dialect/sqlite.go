@@ -20,6 +20,7 @@ const (
 // mattn/go-sqlite3.
 var SQLite = register(&Dialect{
 	Name:    "sqlite",
+	System:  "sqlite",
 	drivers: []string{"modernc.org/sqlite", "github.com/mattn/go-sqlite3"},
 
 	now:  sqliteNow + `)`,

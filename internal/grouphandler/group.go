@@ -29,6 +29,7 @@ func (c *Core) Add(ctx context.Context, key, id string, msg *message.Message) (g
 	if err != nil {
 		return g, false, fmt.Errorf("%s: adding message %s to group %q: %w", c.kind.Name, msg.UUID, key, err)
 	}
+	c.tel.addedMessage(outcome)
 	switch outcome {
 	case groupstore.Rejected:
 		return g, false, c.Discard(ctx, key, []*message.Message{WithReason(msg.Copy(), c.kind.DiscardReasonKey, "late")})
@@ -88,6 +89,7 @@ func (c *Core) Commit(ctx context.Context, sg groupstore.Group, u groupstore.Upd
 					watermill.LogFields{"group": sg.Key})
 			}
 		}
+		c.completed(u, remove, outs)
 		return nil
 	}
 	if len(outs) > 0 {
@@ -107,7 +109,15 @@ func (c *Core) Commit(ctx context.Context, sg groupstore.Group, u groupstore.Upd
 	if err != nil {
 		return fmt.Errorf("%s: recording the release of group %q: %w", c.kind.Name, sg.Key, err)
 	}
+	c.completed(u, remove, outs)
 	return nil
+}
+
+// completed counts the group Commit completed, if it did.
+func (c *Core) completed(u groupstore.Update, remove bool, outs []*message.Message) {
+	if u.Complete || remove {
+		c.tel.completedGroup(len(outs) > 0)
+	}
 }
 
 // checkHold returns an error wrapping holdErr's, saying what was not done
@@ -148,6 +158,7 @@ func (c *Core) Discard(ctx context.Context, key string, msgs []*message.Message)
 			c.logger.Info("Message discarded", watermill.LogFields{"message_uuid": m.UUID, "group": key,
 				"reason": m.Metadata.Get(c.kind.DiscardReasonKey), "payload": string(m.Payload)})
 		}
+		c.tel.discardedMessages(msgs, c.kind.DiscardReasonKey)
 		return nil
 	}
 	for _, m := range msgs {
@@ -159,6 +170,7 @@ func (c *Core) Discard(ctx context.Context, key string, msgs []*message.Message)
 	if err := c.s.DiscardPublisher.Publish(c.s.DiscardTopic, msgs...); err != nil {
 		return fmt.Errorf("%s: discarding %d message(s) of group %q: %w", c.kind.Name, len(msgs), key, err)
 	}
+	c.tel.discardedMessages(msgs, c.kind.DiscardReasonKey)
 	return nil
 }
 

@@ -16,11 +16,15 @@ package grouphandler
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+
+	tel "github.com/lockreg/lockreg/internal/telemetry"
+	"github.com/lockreg/lockreg/registry"
 )
 
 // Kind is what a [Core] knows of the handler package it works for. Every
@@ -67,6 +71,11 @@ type Core struct {
 	// watch ends the work of holds whose group lock was lost.
 	watch watcher
 
+	// tel records metrics and spans; nil when the handler reports none.
+	tel *handlerTel
+	// limit holds back repeated failures of the timeout runner in logs.
+	limit tel.Limiter
+
 	// defaults is the note on the in-memory defaults New applied, "" if
 	// none; noted makes announce log it once.
 	defaults string
@@ -87,11 +96,19 @@ func New(k Kind, s Settings) *Core {
 	s.setDefaults(k.Defaults)
 	logger := s.Logger
 	if logger == nil {
-		logger = watermill.NewSlogLogger(nil)
+		var l *slog.Logger // slog's default
+		if r, ok := s.Locks.(*registry.Registry); ok {
+			l = r.Logger()
+		}
+		logger = watermill.NewSlogLogger(l)
 	}
+	t := newTelemetry(k.Name, s)
+	s.Store = timed(s.Store, t)
 	return &Core{
 		kind:     k,
 		s:        s,
+		tel:      t,
+		limit:    tel.Limiter{Interval: tel.RepeatInterval},
 		logger:   logger,
 		defaults: defaults,
 		// The namespace differs per kind so that an aggregator and a
@@ -109,6 +126,7 @@ func (c *Core) AddHandler(r *message.Router, handlerName, subscribeTopic string,
 		c.logger = r.Logger()
 	}
 	c.logger = c.logger.With(watermill.LogFields{c.kind.Name: handlerName})
+	c.tel.setName(handlerName)
 	c.announce()
 	return r.AddConsumerHandler(handlerName, subscribeTopic, &runnerSubscriber{Subscriber: sub, run: runTimeouts}, handle)
 }

@@ -27,6 +27,7 @@ func (c *Core) WithLock(ctx context.Context, key string, work func(context.Conte
 
 // withLock is WithLock with a wait of its own.
 func (c *Core) withLock(ctx context.Context, key string, wait time.Duration, work func(context.Context) error) error {
+	groupSpan(ctx, key)
 	l := c.s.Locks.Obtain(c.s.LockPrefix + key)
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	ok, err := l.TryLockContext(wctx)

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/lockreg/lockreg/groupstore"
+	tel "github.com/lockreg/lockreg/internal/telemetry"
 )
 
 // claimBatch is how many due groups the timeout runner claims at a time.
@@ -54,13 +55,13 @@ func (c *Core) expireDue(ctx context.Context, expire func(context.Context, group
 		claims, err := c.s.Store.ClaimDue(ctx, claimBatch, c.claimLease())
 		if err != nil {
 			if ctx.Err() == nil {
-				c.logger.Error("Claiming due groups failed", err, nil)
+				c.repeated("claim", "Claiming due groups failed", err, watermill.LogFields{})
 			}
 			return
 		}
 		for _, due := range claims {
 			if err := c.expireOne(ctx, due, expire); err != nil && ctx.Err() == nil {
-				c.logger.Error("Expiring group failed; retrying later", err, watermill.LogFields{"group": due.Key})
+				c.repeated("expire", "Expiring group failed; retrying later", err, watermill.LogFields{"group": due.Key})
 			}
 		}
 		if len(claims) < claimBatch {
@@ -73,7 +74,16 @@ func (c *Core) expireDue(ctx context.Context, expire func(context.Context, group
 // and calls expire with the lock context and the group, unless the group
 // is busy (whoever holds it changes it, or the claim lapses), gone, or
 // changed since it fell due (its new due time stands).
-func (c *Core) expireOne(ctx context.Context, due groupstore.DueGroup, expire func(context.Context, groupstore.Group) error) error {
+func (c *Core) expireOne(ctx context.Context, due groupstore.DueGroup, expire func(context.Context, groupstore.Group) error) (err error) {
+	if ctx, span := c.tel.startExpiry(ctx, due.Key); span != nil {
+		defer func() { tel.EndSpan(span, err) }()
+		return c.expireLocked(ctx, due, expire)
+	}
+	return c.expireLocked(ctx, due, expire)
+}
+
+// expireLocked is expireOne without its span.
+func (c *Core) expireLocked(ctx context.Context, due groupstore.DueGroup, expire func(context.Context, groupstore.Group) error) error {
 	err := c.withLock(ctx, due.Key, c.expireWait(), func(lctx context.Context) error {
 		sg, err := c.Get(lctx, due.Key)
 		if errors.Is(err, groupstore.ErrNotFound) {
@@ -85,12 +95,30 @@ func (c *Core) expireOne(ctx context.Context, due groupstore.DueGroup, expire fu
 		if sg.Version != due.Version {
 			return nil
 		}
-		return expire(lctx, sg)
+		if err := expire(lctx, sg); err != nil {
+			return err
+		}
+		c.tel.expiredGroup()
+		return nil
 	})
 	if errors.Is(err, c.kind.Errors.LockTimeout) {
 		return nil
 	}
 	return err
+}
+
+// repeated logs a failure of the runner that may repeat at every poll: of
+// each kind, the first and then one per telemetry.RepeatInterval, with
+// the count of those held back.
+func (c *Core) repeated(kind, msg string, err error, fields watermill.LogFields) {
+	ok, held := c.limit.Allow(kind)
+	if !ok {
+		return
+	}
+	if held > 0 {
+		fields = fields.Add(watermill.LogFields{tel.LogSuppressed: held})
+	}
+	c.logger.Error(msg, err, fields)
 }
 
 // runnerSubscriber runs the timeout runner for as long as the handler's

@@ -7,6 +7,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockreg/lockreg/groupstore"
 	"github.com/lockreg/lockreg/registry"
@@ -31,6 +33,8 @@ type Settings struct {
 	DiscardPublisher             message.Publisher
 	DiscardTopic                 string
 	Logger                       watermill.LoggerAdapter
+	MeterProvider                metric.MeterProvider
+	TracerProvider               trace.TracerProvider
 }
 
 // Defaults are a handler package's defaults of the settings whose default

@@ -11,6 +11,10 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockreg/lockreg/groupstore"
 	"github.com/lockreg/lockreg/internal/grouphandler"
@@ -67,6 +71,10 @@ func sample(t reflect.Type, name string, i int) (reflect.Value, error) {
 		v = locks{name}
 	case reflect.TypeFor[watermill.LoggerAdapter]():
 		v = watermill.NewCaptureLogger()
+	case reflect.TypeFor[metric.MeterProvider]():
+		v = sdkmetric.NewMeterProvider()
+	case reflect.TypeFor[trace.TracerProvider]():
+		v = sdktrace.NewTracerProvider()
 	default:
 		return reflect.Value{}, fmt.Errorf("settingstest: no sample value of %v (field %s): add one", t, name)
 	}

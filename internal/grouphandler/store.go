@@ -1,0 +1,107 @@
+package grouphandler
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/lockreg/lockreg/groupstore"
+	tel "github.com/lockreg/lockreg/internal/telemetry"
+)
+
+// The store operations whose durations a timedStore records.
+const (
+	opAdd = iota
+	opGet
+	opUpdate
+	opRemove
+	opClaimDue
+	opUpdatePublish
+	nOps
+)
+
+var opNames = [nOps]string{"add", "get", "update", "remove", "claim_due", "update_publish"}
+
+// timedStore records the duration of each call of a group store.
+type timedStore struct {
+	groupstore.Store
+	t     *handlerTel
+	attrs [nOps][2]tel.Attrs // by operation: ok, error
+}
+
+// timedOutbox is a timedStore of an Outbox.
+type timedOutbox struct {
+	*timedStore
+	ob groupstore.Outbox
+}
+
+// timed returns s recording its durations with t's instruments, an
+// Outbox if s is one; s itself without instruments.
+func timed(s groupstore.Store, t *handlerTel) groupstore.Store {
+	if t.metrics() == nil {
+		return s
+	}
+	ts := &timedStore{Store: s, t: t}
+	for op, name := range opNames {
+		ts.attrs[op] = [2]tel.Attrs{
+			t.with(tel.Operation.String(name), tel.Outcome.String("ok")),
+			t.with(tel.Operation.String(name), tel.Outcome.String("error")),
+		}
+	}
+	if ob, ok := s.(groupstore.Outbox); ok {
+		return timedOutbox{ts, ob}
+	}
+	return ts
+}
+
+func (s *timedStore) record(ctx context.Context, op int, start time.Time, err error) {
+	o := 0
+	if err != nil && !errors.Is(err, groupstore.ErrNotFound) {
+		o = 1
+	}
+	s.t.m.store.Record(context.WithoutCancel(ctx), tel.Since(start), s.attrs[op][o].Record...)
+}
+
+func (s *timedStore) Add(ctx context.Context, key string, msg groupstore.Message, timeout time.Duration) (groupstore.Group, groupstore.Outcome, error) {
+	start := time.Now()
+	g, o, err := s.Store.Add(ctx, key, msg, timeout)
+	s.record(ctx, opAdd, start, err)
+	return g, o, err
+}
+
+func (s *timedStore) Get(ctx context.Context, key string) (groupstore.Group, error) {
+	start := time.Now()
+	g, err := s.Store.Get(ctx, key)
+	s.record(ctx, opGet, start, err)
+	return g, err
+}
+
+func (s *timedStore) Update(ctx context.Context, key string, u groupstore.Update) error {
+	start := time.Now()
+	err := s.Store.Update(ctx, key, u)
+	s.record(ctx, opUpdate, start, err)
+	return err
+}
+
+func (s *timedStore) Remove(ctx context.Context, key string, version int64) error {
+	start := time.Now()
+	err := s.Store.Remove(ctx, key, version)
+	s.record(ctx, opRemove, start, err)
+	return err
+}
+
+func (s *timedStore) ClaimDue(ctx context.Context, limit int, lease time.Duration) ([]groupstore.DueGroup, error) {
+	start := time.Now()
+	due, err := s.Store.ClaimDue(ctx, limit, lease)
+	s.record(ctx, opClaimDue, start, err)
+	return due, err
+}
+
+func (s timedOutbox) UpdatePublish(ctx context.Context, key string, u groupstore.Update, topic string, msgs ...*message.Message) error {
+	start := time.Now()
+	err := s.ob.UpdatePublish(ctx, key, u, topic, msgs...)
+	s.record(ctx, opUpdatePublish, start, err)
+	return err
+}
