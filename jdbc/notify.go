@@ -60,6 +60,7 @@ type listenerHub struct {
 
 	mu      sync.Mutex
 	subs    map[string]map[chan<- struct{}]struct{} // by LOCK_KEY
+	down    error                                   // why the last session ended, until the next one listens
 	started bool
 	stopped bool
 	cancel  context.CancelFunc
@@ -122,10 +123,16 @@ func (e *listenerHub) run(ctx context.Context) {
 	bo := backoff.New(listenMinDelay, listenMaxDelay)
 	for {
 		var listening atomic.Pointer[time.Time] // when the session last became ready
-		err := e.l.Listen(ctx, e.channel, func() { now := time.Now(); listening.Store(&now); e.wakeAll() }, e.wake)
+		err := e.l.Listen(ctx, e.channel, func() {
+			now := time.Now()
+			listening.Store(&now)
+			e.setDown(nil)
+			e.wakeAll()
+		}, e.wake)
 		if ctx.Err() != nil {
 			return
 		}
+		e.setDown(err)
 		if t := listening.Load(); t != nil && time.Since(*t) >= listenMaxDelay {
 			bo.Reset() // a working session ended: start over
 		}
@@ -168,6 +175,24 @@ func (e *listenerHub) wakeAll() {
 			}
 		}
 	}
+}
+
+// setDown records why the listener is not listening, or nil once it is.
+func (e *listenerHub) setDown(err error) {
+	e.mu.Lock()
+	e.down = err
+	e.mu.Unlock()
+}
+
+// check returns an error wrapping registry.ErrListenerDown while the
+// listener, once started, has lost its connection and not listened since.
+func (e *listenerHub) check() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.down == nil || e.stopped {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: %w", registry.ErrListenerDown, e.channel, e.down)
 }
 
 // stop ends the listener and waits for its goroutine.

@@ -391,13 +391,30 @@ func (r *LockRepository) isHeld(lockKey string) bool {
 }
 
 // Check verifies that the lock table exists with Spring Integration 7's
-// columns and lockreg's FENCE, as Spring's repository does on start. It
-// returns an error wrapping ErrNoTable when the table is missing, and one
-// wrapping ErrUnsupportedLayout, which says how to migrate the table, when
-// it has another layout, such as Spring Integration 5.x/6.x's. It is one
-// SELECT that reads no rows, and a few more when that fails.
+// columns and lockreg's (FENCE, LOCK_NAME, HOLDER), as Spring's repository
+// does on start, and, with WithListener, that the listener is connected
+// once started: it is the registry.Checker that [registry.Registry.Check]
+// calls for readiness probes. It returns an error wrapping ErrNoTable when
+// the table is missing, one wrapping ErrUnsupportedLayout, which says how to
+// migrate the table, when it has another layout, such as Spring Integration
+// 5.x/6.x's, the database's error (transient for an unreachable server) when
+// the table cannot be read, and one wrapping registry.ErrListenerDown, with
+// the listener's last error, while the listener reconnects (locks still
+// work then: waiters poll). A listener not started yet (no registry has
+// waited) is no error. It is one SELECT that reads no rows, and a few more
+// when that fails.
 func (r *LockRepository) Check(ctx context.Context) error {
-	return r.checkTable(ctx, "jdbc: check", false)
+	if err := r.checkTable(ctx, "jdbc: check", false); err != nil {
+		return err
+	}
+	if r.listeners != nil {
+		if err := r.listeners.check(); err != nil {
+			return fmt.Errorf("jdbc: check: %w", err)
+		}
+	}
+	return nil
 }
+
+var _ registry.Checker = (*LockRepository)(nil)
 
 var _ registry.Repository = (*LockRepository)(nil)

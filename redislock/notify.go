@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockreg/lockreg/internal/backoff"
+	"github.com/lockreg/lockreg/registry"
 )
 
 // Reconnection of the pub/sub connection: the delay doubles after each
@@ -38,6 +39,7 @@ type listener struct {
 
 	mu      sync.Mutex
 	subs    map[string]map[chan<- struct{}]struct{} // by announcement
+	down    error                                   // why the last session ended, until the next one subscribes
 	started bool
 	stopped bool
 	ps      *redis.PubSub // the current session's; nil between sessions
@@ -88,6 +90,7 @@ func (l *listener) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		l.setDown(err)
 		if !ready.IsZero() && time.Since(ready) >= listenMaxDelay {
 			bo.Reset() // a working session ended: start over
 		}
@@ -145,6 +148,7 @@ func (l *listener) session(ctx context.Context, ready *time.Time) error {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
 				*ready = time.Now()
+				l.setDown(nil)
 				l.wakeAll() // releases before the subscription went unheard
 			}
 		case *redis.Message:
@@ -198,4 +202,22 @@ func (l *listener) stop() {
 	if started {
 		<-l.done
 	}
+}
+
+// setDown records why the listener is not subscribed, or nil once it is.
+func (l *listener) setDown(err error) {
+	l.mu.Lock()
+	l.down = err
+	l.mu.Unlock()
+}
+
+// check returns an error wrapping registry.ErrListenerDown while the
+// listener, once started, has lost its connection and not subscribed since.
+func (l *listener) check() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.down == nil || l.stopped {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: %w", registry.ErrListenerDown, l.channel, l.down)
 }

@@ -426,3 +426,22 @@ func (r *Repository) Close(ctx context.Context) error {
 func (r *Repository) Notify(key string, c chan<- struct{}) (stop func()) {
 	return r.ears.subscribe(announcement(key), c)
 }
+
+// Check reports whether the repository can serve leases, for readiness
+// probes ([registry.Registry.Check] calls it): it pings the server, one
+// round trip, and returns the error (transient when the server is
+// unreachable) if that fails, and then an error wrapping
+// registry.ErrListenerDown, with the listener's last error, while the
+// pub/sub listener, once started, reconnects (locks still work then:
+// waiters poll). A listener not started yet is no error.
+func (r *Repository) Check(ctx context.Context) error {
+	if err := r.c.Ping(ctx).Err(); err != nil {
+		return wrap(ctx, "redislock: check", err)
+	}
+	if err := r.ears.check(); err != nil {
+		return fmt.Errorf("redislock: check: %w", err)
+	}
+	return nil
+}
+
+var _ registry.Checker = (*Repository)(nil)

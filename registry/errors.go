@@ -26,6 +26,14 @@ var (
 	// ErrInvalidTTL reports a lease duration that is not positive.
 	ErrInvalidTTL = errors.New("registry: ttl must be positive")
 
+	// ErrListenerDown reports, from a [Checker]'s Check, that the
+	// repository's listener for released locks has lost its connection and
+	// is reconnecting. Leases still work: waiters poll at their idle
+	// interval meanwhile, so hand-off takes longer. A readiness probe that
+	// should only fail when locks cannot be taken ignores it with
+	// errors.Is.
+	ErrListenerDown = errors.New("registry: not listening for released locks")
+
 	// ErrInvalidOption reports an invalid argument to [New] or
 	// [NewLocal]: a nil repository or an option with an invalid value. The
 	// returned error names the option.

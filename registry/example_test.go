@@ -98,3 +98,22 @@ func ExampleLock_RenewTTL() {
 	// <nil>
 	// <nil>
 }
+
+// A readiness probe: not ready while the storage cannot serve locks, ready
+// (but slower to hand locks over) while only the listener reconnects.
+func ExampleRegistry_Check() {
+	reg, err := registry.NewLocal() // registry.New(jdbcRepository) in production
+	if err != nil {
+		panic(err)
+	}
+	ready := func(ctx context.Context) bool {
+		err := reg.Check(ctx)
+		return err == nil || errors.Is(err, registry.ErrListenerDown)
+	}
+	fmt.Println("ready:", ready(context.Background()))
+	reg.Close(context.Background())
+	fmt.Println("ready after Close:", ready(context.Background()))
+	// Output:
+	// ready: true
+	// ready after Close: false
+}

@@ -86,6 +86,16 @@ type Notifier interface {
 	Notify(key string, c chan<- struct{}) (stop func())
 }
 
+// A Checker is a [Repository] that can tell whether it can serve leases,
+// for readiness probes ([Registry.Check]).
+type Checker interface {
+	// Check returns nil when the storage is reachable and usable (for a
+	// SQL table: it exists with the columns needed), and otherwise why
+	// not; an error wrapping [ErrListenerDown] when only the notifications
+	// are down. It does a few round trips at most and changes nothing.
+	Check(ctx context.Context) error
+}
+
 // A Describer is a [Repository] that says what it is, so that a registry's
 // metrics, spans and logs can name its backend, region and client. A
 // registry on a repository that is no Describer reports backend "other".

@@ -157,3 +157,32 @@ func testTryLockAfterFailedLock(t *testing.T, b Backend) {
 		t.Fatalf("TryLockContext right after a failed LockContext = %v, %v; want false and the storage's error", ok, err)
 	}
 }
+
+func testCheck(t *testing.T, b Backend) {
+	r := newRegistry(t, b)
+	must(t, r.Check(ctxT(t)))
+	must(t, r.Close(ctxT(t)))
+	if err := r.Check(ctxT(t)); !errors.Is(err, registry.ErrClosed) {
+		t.Fatalf("Check after Close: got %v, want an error wrapping registry.ErrClosed", err)
+	}
+}
+
+// A repository that can check itself (registry.Checker) reports storage
+// that does not exist; one that cannot passes.
+func testCheckMissingStorage(t *testing.T, b Backend) {
+	if b.NewMissingStorage == nil {
+		t.Skip("requires Backend.NewMissingStorage, which this backend does not provide")
+	}
+	repo := b.NewMissingStorage(t)
+	if _, ok := repo.(registry.Checker); !ok {
+		t.Skipf("requires a registry.Checker; %T is none", repo)
+	}
+	r, err := registry.New(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background()) // its error is the missing storage again
+	if err := r.Check(ctxT(t)); err == nil {
+		t.Fatal("Check on missing storage: got nil, want an error")
+	}
+}

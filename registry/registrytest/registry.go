@@ -43,6 +43,8 @@ func runRegistry(t *testing.T, b Backend) {
 		{"HeldLockCanBeUnlockedAfterClose", testUnlockAfterClose},
 		{"MissingStorageIsAnErrorAndLockPanics", testMissingStorage},
 		{"TryLockAfterFailedLockReturnsTheErrorAgain", testTryLockAfterFailedLock},
+		{"CheckPassesOnWorkingStorageAndFailsAfterClose", testCheck},
+		{"CheckOfMissingStorageFails", testCheckMissingStorage},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, b) })
 	}
