@@ -8,6 +8,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	_ "modernc.org/sqlite"
@@ -97,4 +98,46 @@ func ExampleUUIDKey() {
 	// Output:
 	// acbd18db-4cc2-385c-adef-654fccc4a4d8
 	// 3f2504e0-4f89-41d3-9a0c-0305e82c3301
+}
+
+// An operator's view of the lock table: who holds what, and a forced
+// release of a dead holder's lease.
+func ExampleAdmin() {
+	dir, err := os.MkdirTemp("", "lockreg-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "locks.db")+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if err := jdbc.CreateSchema(ctx, db); err != nil {
+		panic(err)
+	}
+	repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithApplicationName("billing"), jdbc.WithoutCleanup())
+	if err != nil {
+		panic(err)
+	}
+	defer repo.Close(ctx)
+	repo.Acquire(ctx, "orders/42", time.Minute)
+
+	admin, err := jdbc.NewAdmin(db)
+	if err != nil {
+		panic(err)
+	}
+	leases, err := admin.Leases(ctx, jdbc.LeaseFilter{State: jdbc.HeldLeases, NamePrefix: "orders/"})
+	if err != nil {
+		panic(err)
+	}
+	for _, l := range leases {
+		fmt.Println(l.Name, l.Held, strings.HasSuffix(l.Holder, " app=billing"))
+	}
+	released, err := admin.ForceRelease(ctx, "DEFAULT", "orders/42")
+	fmt.Println("released:", released, err)
+	// Output:
+	// orders/42 true true
+	// released: true <nil>
 }

@@ -130,3 +130,16 @@ func Detect(drv driver.Driver) *Dialect {
 // 5.x/6.x lock table Spring 7's EXPIRED_AFTER column, as Spring 7 declares
 // it.
 func (d *Dialect) Spring6Migration(table string) []string { return d.spring6Migration(table) }
+
+// Micros returns the SQL of the time expression col (a column of UTC wall
+// time) in microseconds since 1970, as a BIGINT; on SQLite, which keeps
+// milliseconds, to the millisecond.
+func (d *Dialect) Micros(col string) string {
+	switch d.Name {
+	case "postgres":
+		return `CAST(EXTRACT(EPOCH FROM ` + col + `) * 1000000 AS BIGINT)`
+	case "mysql":
+		return `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ` + col + `)`
+	}
+	return `CAST(ROUND((julianday(` + col + `) - 2440587.5) * 86400000.0) AS INTEGER) * 1000`
+}
