@@ -48,6 +48,8 @@ func New(cfg Config) (*Aggregator, error) {
 	}
 	outcome := "the group waits forever: no GroupTimeout"
 	switch {
+	case cfg.GroupTimeoutFunc != nil:
+		outcome = "GroupTimeoutFunc decides when the group expires"
 	case cfg.GroupTimeout > 0 && cfg.SendPartialResultOnExpiry:
 		outcome = "GroupTimeout releases the group as a partial result"
 	case cfg.GroupTimeout > 0:
@@ -119,7 +121,7 @@ func (a *Aggregator) handle(ctx context.Context, key, id string, msg *message.Me
 		read, view = true, toGroup(sg, false)
 	}
 	if !a.strategy.canRelease(added.Size, msg, view) {
-		return nil
+		return a.schedule(ctx, added, msg)
 	}
 	if !read {
 		if sg, err = a.core.Get(ctx, key); err != nil {
@@ -131,9 +133,27 @@ func (a *Aggregator) handle(ctx context.Context, key, id string, msg *message.Me
 		return err
 	}
 	if fit.Version != sg.Version && !a.strategy.canRelease(fit.Size, nil, toGroup(fit, false)) {
-		return nil
+		return a.schedule(ctx, fit, msg)
 	}
 	return a.release(ctx, fit, toGroup(fit, false))
+}
+
+// schedule applies Config.GroupTimeoutFunc, if any, to g, the group as
+// the message latest left it unreleased: it moves or clears the group's
+// due time, or expires the group now.
+func (a *Aggregator) schedule(ctx context.Context, g groupstore.Group, latest *message.Message) error {
+	s := a.core.ScheduleFor(g, latest)
+	switch {
+	case !s.Set:
+		return nil
+	case s.Now:
+		sg, err := a.core.Get(ctx, g.Key)
+		if err != nil {
+			return err
+		}
+		return a.expire(ctx, sg)
+	}
+	return a.core.Reschedule(ctx, g, s)
 }
 
 // reportLimit bounds the groups an aggregator remembers having reported.

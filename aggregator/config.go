@@ -109,6 +109,21 @@ type Config struct {
 	// result is sent if SendPartialResultOnExpiry, and otherwise the
 	// messages are discarded. Either way the group then counts as completed.
 	GroupTimeout time.Duration
+	// GroupTimeoutFunc, optional, is the group timeout as a function of
+	// the group: Spring's groupTimeoutExpression. It is called under the
+	// group lock after every message that is added (or redelivered to an
+	// open group) and does not release its group, with the group as the
+	// store left it (Key, ID, Size, Created, Releases, Version; no
+	// Messages) and the message; Spring evaluates its expression at the
+	// same point. A positive result makes the group due that long from
+	// the store's now, replacing the due time an earlier message set; zero
+	// clears it, so the group has no timeout (Spring's null); a negative
+	// result expires the group at once, in Handle, as the timeout runner
+	// would (Spring's zero or less, "completed immediately on the current
+	// thread"). Expiry then goes as with GroupTimeout. It costs a store
+	// Update per such message (none when the message releases its group).
+	// Mutually exclusive with GroupTimeout.
+	GroupTimeoutFunc func(g groupstore.Group, latest *message.Message) time.Duration
 	// SendPartialResultOnExpiry publishes the messages of an expired group
 	// as an output instead of discarding them.
 	SendPartialResultOnExpiry bool
@@ -171,9 +186,10 @@ func (c Config) settings() grouphandler.Settings {
 		Publisher: c.Publisher, OutputTopic: c.OutputTopic,
 		Store: c.Store, Locks: c.Locks, LockPrefix: c.LockPrefix, LockTimeout: c.LockTimeout,
 		Correlation: c.Correlation, MessageID: c.MessageID,
-		GroupTimeout: c.GroupTimeout, MinimumTimeoutForEmptyGroups: c.MinimumTimeoutForEmptyGroups,
-		PollInterval:     c.PollInterval,
-		DiscardPublisher: c.DiscardPublisher, DiscardTopic: c.DiscardTopic,
+		GroupTimeout: c.GroupTimeout, GroupTimeoutFunc: c.GroupTimeoutFunc,
+		MinimumTimeoutForEmptyGroups: c.MinimumTimeoutForEmptyGroups,
+		PollInterval:                 c.PollInterval,
+		DiscardPublisher:             c.DiscardPublisher, DiscardTopic: c.DiscardTopic,
 		Logger: c.Logger, MeterProvider: c.MeterProvider, TracerProvider: c.TracerProvider,
 	}
 }
@@ -201,8 +217,8 @@ func (c Config) Validate() error {
 	if c.Release.kind == releaseWhen && c.Release.fn == nil {
 		p.Add("ReleaseWhen needs a function")
 	}
-	if c.Release.kind == releaseTimeout && c.GroupTimeout <= 0 {
-		p.Add("ReleaseOnTimeout needs a positive GroupTimeout")
+	if c.Release.kind == releaseTimeout && !s.TimeoutConfigured() {
+		p.Add("ReleaseOnTimeout needs a positive GroupTimeout or a GroupTimeoutFunc")
 	}
 	return p.Err()
 }
