@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockreg/lockreg/groupstore"
 	"github.com/lockreg/lockreg/internal/grouphandler"
+	"github.com/lockreg/lockreg/sequence"
 )
 
 // Aggregator combines the messages of each group into one output message.
@@ -30,6 +31,7 @@ type Aggregator struct {
 	output             func(Group) (*message.Message, error)
 	partialOnExpiry    bool // SendPartialResultOnExpiry
 	removeOnCompletion bool // ExpireGroupsOnCompletion
+	popSequence        bool // !DisablePopSequence
 	// noSizeOutcome says what becomes of a group whose first message has
 	// no sequence size, for checkSequenceSize.
 	noSizeOutcome string
@@ -61,6 +63,7 @@ func New(cfg Config) (*Aggregator, error) {
 		output:             cfg.Output,
 		partialOnExpiry:    cfg.SendPartialResultOnExpiry,
 		removeOnCompletion: cfg.ExpireGroupsOnCompletion,
+		popSequence:        !cfg.DisablePopSequence,
 		noSizeOutcome:      outcome,
 	}, nil
 }
@@ -265,6 +268,16 @@ func (a *Aggregator) release(ctx context.Context, sg groupstore.Group, g *Group)
 	}
 	if out == nil {
 		return fmt.Errorf("aggregator: output of group %q: the output function returned nil", sg.Key)
+	}
+	if a.popSequence && len(g.Messages) > 0 {
+		// As Spring's compareSequences: only an output that still carries
+		// the group's stack is popped, not one Output has popped or
+		// rebuilt.
+		if d, ok := out.Metadata[sequence.DetailsKey]; ok && d == g.Messages[0].Metadata.Get(sequence.DetailsKey) {
+			if err := sequence.Pop(out.Metadata); err != nil {
+				return fmt.Errorf("aggregator: output of group %q: %w", sg.Key, err)
+			}
+		}
 	}
 	out.UUID = a.core.OutputUUID(sg.ID, sg.Releases+1)
 	return a.complete(ctx, sg, out)

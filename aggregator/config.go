@@ -102,6 +102,16 @@ type Config struct {
 	// overwrites the UUID of the message it returns (see [Aggregator]).
 	// Default: DefaultOutput.
 	Output func(Group) (*message.Message, error)
+	// DisablePopSequence, optional, keeps the output's sequence metadata as
+	// Output made it. By default (Spring's popSequence, on by default) an
+	// output whose sequence.DetailsKey metadata equals that of the group's
+	// first message gets the sequence of the level above back: the
+	// correlation_id, sequence_number and sequence_size of the message that
+	// was split (package [github.com/lockreg/lockreg/sequence]), so that
+	// nested split/aggregate works. An output without that stack, or with
+	// one Output changed, is left alone; an invalid stack fails the
+	// release with an error wrapping sequence.ErrInvalidDetails.
+	DisablePopSequence bool
 
 	// GroupTimeout, when positive, expires a group that has not been
 	// released GroupTimeout after its last message was added: the release
