@@ -1,10 +1,13 @@
 package aggregator
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -32,6 +35,10 @@ type Aggregator struct {
 	partialOnExpiry    bool // SendPartialResultOnExpiry
 	removeOnCompletion bool // ExpireGroupsOnCompletion
 	popSequence        bool // !DisablePopSequence
+	sendAfterUnlock    bool // ReleaseLockBeforeSend
+	// sendRetry is how long after closing a group for a send after the
+	// unlock the timeout runner finishes the release if nobody has.
+	sendRetry time.Duration
 	// noSizeOutcome says what becomes of a group whose first message has
 	// no sequence size, for checkSequenceSize.
 	noSizeOutcome string
@@ -64,6 +71,8 @@ func New(cfg Config) (*Aggregator, error) {
 		partialOnExpiry:    cfg.SendPartialResultOnExpiry,
 		removeOnCompletion: cfg.ExpireGroupsOnCompletion,
 		popSequence:        !cfg.DisablePopSequence,
+		sendAfterUnlock:    cfg.ReleaseLockBeforeSend,
+		sendRetry:          2*cmp.Or(cfg.LockTimeout, DefaultLockTimeout) + cmp.Or(cfg.PollInterval, DefaultPollInterval),
 		noSizeOutcome:      outcome,
 	}, nil
 }
@@ -110,6 +119,13 @@ func (a *Aggregator) handle(ctx context.Context, key, id string, msg *message.Me
 	added, look, err := a.core.Add(ctx, key, id, msg)
 	if err != nil || !look {
 		return err
+	}
+	if added.Complete { // a release whose send did not finish (ReleaseLockBeforeSend)
+		sg, err := a.core.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		return a.release(ctx, sg, toGroup(sg, false))
 	}
 	a.checkSequenceSize(key, added.ID, msg)
 	var (
@@ -284,9 +300,37 @@ func (a *Aggregator) release(ctx context.Context, sg groupstore.Group, g *Group)
 }
 
 // complete publishes outs, if any, and marks sg released and complete, or
-// removes it.
+// removes it. With ReleaseLockBeforeSend and outs it closes sg and leaves
+// the rest until the group lock is released (see closeThenSend).
 func (a *Aggregator) complete(ctx context.Context, sg groupstore.Group, outs ...*message.Message) error {
+	if a.sendAfterUnlock && len(outs) > 0 {
+		return a.closeThenSend(ctx, sg, outs)
+	}
 	return a.core.Commit(ctx, sg, a.core.Completion(sg), a.removeOnCompletion, outs)
+}
+
+// closeThenSend is a release under ReleaseLockBeforeSend. Under the lock
+// it closes sg (marks it complete, keeping its messages; see
+// grouphandler.Core.Close), unless it is closed already; once the lock is
+// released it publishes outs and records the release, conditional on the
+// closed group's version, or with an Outbox does both in one transaction.
+// A conflict or a missing group then means that another finisher (the
+// redelivery, or a runner) recorded the release first: not an error.
+func (a *Aggregator) closeThenSend(ctx context.Context, sg groupstore.Group, outs []*message.Message) error {
+	if !sg.Complete {
+		var err error
+		if sg, err = a.core.Close(ctx, sg, a.sendRetry); err != nil {
+			return err
+		}
+	}
+	grouphandler.AfterUnlock(ctx, func(ctx context.Context) error {
+		err := a.core.Commit(ctx, sg, a.core.Completion(sg), false, outs)
+		if errors.Is(err, groupstore.ErrConflict) || errors.Is(err, groupstore.ErrNotFound) {
+			return nil
+		}
+		return err
+	})
+	return nil
 }
 
 // discard sends msgs of group key to the discard topic, or logs them.
@@ -318,6 +362,9 @@ func (a *Aggregator) RunTimeouts(ctx context.Context) error {
 
 // expire handles one due group under its lock.
 func (a *Aggregator) expire(ctx context.Context, sg groupstore.Group) error {
+	if sg.Complete && sg.Size > 0 { // a release whose send did not finish
+		return a.release(ctx, sg, toGroup(sg, false))
+	}
 	if sg.Complete || sg.Size == 0 {
 		return a.core.Remove(ctx, sg)
 	}

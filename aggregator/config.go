@@ -150,6 +150,28 @@ type Config struct {
 	// groups. Default: DefaultPollInterval.
 	PollInterval time.Duration
 
+	// ReleaseLockBeforeSend, optional (Spring's releaseLockBeforeSend),
+	// publishes a release's output after the group lock is released, so
+	// that a slow or blocking Publish (a GoChannel that waits for the ack
+	// of a downstream handler locking the same key) does not hold the
+	// group. Under the lock the release closes the group (one store
+	// Update: complete, its messages kept); after the unlock it publishes
+	// and records the release with a second Update conditional on the
+	// group's version (with an Outbox, both in one transaction). What
+	// changes: the release costs one store Update more; a message that
+	// arrives while the output is in flight is discarded as late, as after
+	// the release; a send that fails, or whose instance dies, leaves the
+	// group closed with its messages, and the redelivered input or, after
+	// 2×LockTimeout+PollInterval, any instance's timeout runner publishes
+	// it again (also after the unlock, with the same output UUID), so the
+	// output stays at least once, and two of these finishers may both
+	// publish it where under the lock only one holder could. With an
+	// Outbox only the finisher whose transaction commits publishes: still
+	// exactly once. Discards are still sent under the lock. Not with
+	// ExpireGroupsOnCompletion: a message arriving in flight could neither
+	// join the released group nor start the next one.
+	ReleaseLockBeforeSend bool
+
 	// DiscardPublisher and DiscardTopic receive late messages and the
 	// messages of expired groups, with DiscardReasonKey set. Without a
 	// topic they are logged at info level; a topic without a publisher uses
@@ -226,6 +248,9 @@ func (c Config) Validate() error {
 	}
 	if c.Release.kind == releaseWhen && c.Release.fn == nil {
 		p.Add("ReleaseWhen needs a function")
+	}
+	if c.ReleaseLockBeforeSend && c.ExpireGroupsOnCompletion {
+		p.Add("ReleaseLockBeforeSend and ExpireGroupsOnCompletion cannot be combined")
 	}
 	if c.Release.kind == releaseTimeout && !s.TimeoutConfigured() {
 		p.Add("ReleaseOnTimeout needs a positive GroupTimeout or a GroupTimeoutFunc")
