@@ -1,16 +1,20 @@
 package aggregator
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/lockreg/lockreg/groupstore"
 	"github.com/lockreg/lockreg/internal/grouphandler"
+	"github.com/lockreg/lockreg/sequence"
 )
 
 // Aggregator combines the messages of each group into one output message.
@@ -30,6 +34,11 @@ type Aggregator struct {
 	output             func(Group) (*message.Message, error)
 	partialOnExpiry    bool // SendPartialResultOnExpiry
 	removeOnCompletion bool // ExpireGroupsOnCompletion
+	popSequence        bool // !DisablePopSequence
+	sendAfterUnlock    bool // ReleaseLockBeforeSend
+	// sendRetry is how long after closing a group for a send after the
+	// unlock the timeout runner finishes the release if nobody has.
+	sendRetry time.Duration
 	// noSizeOutcome says what becomes of a group whose first message has
 	// no sequence size, for checkSequenceSize.
 	noSizeOutcome string
@@ -48,6 +57,8 @@ func New(cfg Config) (*Aggregator, error) {
 	}
 	outcome := "the group waits forever: no GroupTimeout"
 	switch {
+	case cfg.GroupTimeoutFunc != nil:
+		outcome = "GroupTimeoutFunc decides when the group expires"
 	case cfg.GroupTimeout > 0 && cfg.SendPartialResultOnExpiry:
 		outcome = "GroupTimeout releases the group as a partial result"
 	case cfg.GroupTimeout > 0:
@@ -59,6 +70,9 @@ func New(cfg Config) (*Aggregator, error) {
 		output:             cfg.Output,
 		partialOnExpiry:    cfg.SendPartialResultOnExpiry,
 		removeOnCompletion: cfg.ExpireGroupsOnCompletion,
+		popSequence:        !cfg.DisablePopSequence,
+		sendAfterUnlock:    cfg.ReleaseLockBeforeSend,
+		sendRetry:          2*cmp.Or(cfg.LockTimeout, DefaultLockTimeout) + cmp.Or(cfg.PollInterval, DefaultPollInterval),
 		noSizeOutcome:      outcome,
 	}, nil
 }
@@ -106,6 +120,13 @@ func (a *Aggregator) handle(ctx context.Context, key, id string, msg *message.Me
 	if err != nil || !look {
 		return err
 	}
+	if added.Complete { // a release whose send did not finish (ReleaseLockBeforeSend)
+		sg, err := a.core.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		return a.release(ctx, sg, toGroup(sg, false))
+	}
 	a.checkSequenceSize(key, added.ID, msg)
 	var (
 		sg   groupstore.Group // read with its messages, if it was
@@ -119,7 +140,7 @@ func (a *Aggregator) handle(ctx context.Context, key, id string, msg *message.Me
 		read, view = true, toGroup(sg, false)
 	}
 	if !a.strategy.canRelease(added.Size, msg, view) {
-		return nil
+		return a.schedule(ctx, added, msg)
 	}
 	if !read {
 		if sg, err = a.core.Get(ctx, key); err != nil {
@@ -131,9 +152,27 @@ func (a *Aggregator) handle(ctx context.Context, key, id string, msg *message.Me
 		return err
 	}
 	if fit.Version != sg.Version && !a.strategy.canRelease(fit.Size, nil, toGroup(fit, false)) {
-		return nil
+		return a.schedule(ctx, fit, msg)
 	}
 	return a.release(ctx, fit, toGroup(fit, false))
+}
+
+// schedule applies Config.GroupTimeoutFunc, if any, to g, the group as
+// the message latest left it unreleased: it moves or clears the group's
+// due time, or expires the group now.
+func (a *Aggregator) schedule(ctx context.Context, g groupstore.Group, latest *message.Message) error {
+	s := a.core.ScheduleFor(g, latest)
+	switch {
+	case !s.Set:
+		return nil
+	case s.Now:
+		sg, err := a.core.Get(ctx, g.Key)
+		if err != nil {
+			return err
+		}
+		return a.expire(ctx, sg)
+	}
+	return a.core.Reschedule(ctx, g, s)
 }
 
 // reportLimit bounds the groups an aggregator remembers having reported.
@@ -246,14 +285,52 @@ func (a *Aggregator) release(ctx context.Context, sg groupstore.Group, g *Group)
 	if out == nil {
 		return fmt.Errorf("aggregator: output of group %q: the output function returned nil", sg.Key)
 	}
+	if a.popSequence && len(g.Messages) > 0 {
+		// As Spring's compareSequences: only an output that still carries
+		// the group's stack is popped, not one Output has popped or
+		// rebuilt.
+		if d, ok := out.Metadata[sequence.DetailsKey]; ok && d == g.Messages[0].Metadata.Get(sequence.DetailsKey) {
+			if err := sequence.Pop(out.Metadata); err != nil {
+				return fmt.Errorf("aggregator: output of group %q: %w", sg.Key, err)
+			}
+		}
+	}
 	out.UUID = a.core.OutputUUID(sg.ID, sg.Releases+1)
 	return a.complete(ctx, sg, out)
 }
 
 // complete publishes outs, if any, and marks sg released and complete, or
-// removes it.
+// removes it. With ReleaseLockBeforeSend and outs it closes sg and leaves
+// the rest until the group lock is released (see closeThenSend).
 func (a *Aggregator) complete(ctx context.Context, sg groupstore.Group, outs ...*message.Message) error {
+	if a.sendAfterUnlock && len(outs) > 0 {
+		return a.closeThenSend(ctx, sg, outs)
+	}
 	return a.core.Commit(ctx, sg, a.core.Completion(sg), a.removeOnCompletion, outs)
+}
+
+// closeThenSend is a release under ReleaseLockBeforeSend. Under the lock
+// it closes sg (marks it complete, keeping its messages; see
+// grouphandler.Core.Close), unless it is closed already; once the lock is
+// released it publishes outs and records the release, conditional on the
+// closed group's version, or with an Outbox does both in one transaction.
+// A conflict or a missing group then means that another finisher (the
+// redelivery, or a runner) recorded the release first: not an error.
+func (a *Aggregator) closeThenSend(ctx context.Context, sg groupstore.Group, outs []*message.Message) error {
+	if !sg.Complete {
+		var err error
+		if sg, err = a.core.Close(ctx, sg, a.sendRetry); err != nil {
+			return err
+		}
+	}
+	grouphandler.AfterUnlock(ctx, func(ctx context.Context) error {
+		err := a.core.Commit(ctx, sg, a.core.Completion(sg), false, outs)
+		if errors.Is(err, groupstore.ErrConflict) || errors.Is(err, groupstore.ErrNotFound) {
+			return nil
+		}
+		return err
+	})
+	return nil
 }
 
 // discard sends msgs of group key to the discard topic, or logs them.
@@ -285,6 +362,9 @@ func (a *Aggregator) RunTimeouts(ctx context.Context) error {
 
 // expire handles one due group under its lock.
 func (a *Aggregator) expire(ctx context.Context, sg groupstore.Group) error {
+	if sg.Complete && sg.Size > 0 { // a release whose send did not finish
+		return a.release(ctx, sg, toGroup(sg, false))
+	}
 	if sg.Complete || sg.Size == 0 {
 		return a.core.Remove(ctx, sg)
 	}

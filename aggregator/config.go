@@ -102,6 +102,16 @@ type Config struct {
 	// overwrites the UUID of the message it returns (see [Aggregator]).
 	// Default: DefaultOutput.
 	Output func(Group) (*message.Message, error)
+	// DisablePopSequence, optional, keeps the output's sequence metadata as
+	// Output made it. By default (Spring's popSequence, on by default) an
+	// output whose sequence.DetailsKey metadata equals that of the group's
+	// first message gets the sequence of the level above back: the
+	// correlation_id, sequence_number and sequence_size of the message that
+	// was split (package [github.com/lockreg/lockreg/sequence]), so that
+	// nested split/aggregate works. An output without that stack, or with
+	// one Output changed, is left alone; an invalid stack fails the
+	// release with an error wrapping sequence.ErrInvalidDetails.
+	DisablePopSequence bool
 
 	// GroupTimeout, when positive, expires a group that has not been
 	// released GroupTimeout after its last message was added: the release
@@ -109,6 +119,21 @@ type Config struct {
 	// result is sent if SendPartialResultOnExpiry, and otherwise the
 	// messages are discarded. Either way the group then counts as completed.
 	GroupTimeout time.Duration
+	// GroupTimeoutFunc, optional, is the group timeout as a function of
+	// the group: Spring's groupTimeoutExpression. It is called under the
+	// group lock after every message that is added (or redelivered to an
+	// open group) and does not release its group, with the group as the
+	// store left it (Key, ID, Size, Created, Releases, Version; no
+	// Messages) and the message; Spring evaluates its expression at the
+	// same point. A positive result makes the group due that long from
+	// the store's now, replacing the due time an earlier message set; zero
+	// clears it, so the group has no timeout (Spring's null); a negative
+	// result expires the group at once, in Handle, as the timeout runner
+	// would (Spring's zero or less, "completed immediately on the current
+	// thread"). Expiry then goes as with GroupTimeout. It costs a store
+	// Update per such message (none when the message releases its group).
+	// Mutually exclusive with GroupTimeout.
+	GroupTimeoutFunc func(g groupstore.Group, latest *message.Message) time.Duration
 	// SendPartialResultOnExpiry publishes the messages of an expired group
 	// as an output instead of discarding them.
 	SendPartialResultOnExpiry bool
@@ -124,6 +149,28 @@ type Config struct {
 	// PollInterval is how often the timeout runner asks the store for due
 	// groups. Default: DefaultPollInterval.
 	PollInterval time.Duration
+
+	// ReleaseLockBeforeSend, optional (Spring's releaseLockBeforeSend),
+	// publishes a release's output after the group lock is released, so
+	// that a slow or blocking Publish (a GoChannel that waits for the ack
+	// of a downstream handler locking the same key) does not hold the
+	// group. Under the lock the release closes the group (one store
+	// Update: complete, its messages kept); after the unlock it publishes
+	// and records the release with a second Update conditional on the
+	// group's version (with an Outbox, both in one transaction). What
+	// changes: the release costs one store Update more; a message that
+	// arrives while the output is in flight is discarded as late, as after
+	// the release; a send that fails, or whose instance dies, leaves the
+	// group closed with its messages, and the redelivered input or, after
+	// 2×LockTimeout+PollInterval, any instance's timeout runner publishes
+	// it again (also after the unlock, with the same output UUID), so the
+	// output stays at least once, and two of these finishers may both
+	// publish it where under the lock only one holder could. With an
+	// Outbox only the finisher whose transaction commits publishes: still
+	// exactly once. Discards are still sent under the lock. Not with
+	// ExpireGroupsOnCompletion: a message arriving in flight could neither
+	// join the released group nor start the next one.
+	ReleaseLockBeforeSend bool
 
 	// DiscardPublisher and DiscardTopic receive late messages and the
 	// messages of expired groups, with DiscardReasonKey set. Without a
@@ -171,9 +218,10 @@ func (c Config) settings() grouphandler.Settings {
 		Publisher: c.Publisher, OutputTopic: c.OutputTopic,
 		Store: c.Store, Locks: c.Locks, LockPrefix: c.LockPrefix, LockTimeout: c.LockTimeout,
 		Correlation: c.Correlation, MessageID: c.MessageID,
-		GroupTimeout: c.GroupTimeout, MinimumTimeoutForEmptyGroups: c.MinimumTimeoutForEmptyGroups,
-		PollInterval:     c.PollInterval,
-		DiscardPublisher: c.DiscardPublisher, DiscardTopic: c.DiscardTopic,
+		GroupTimeout: c.GroupTimeout, GroupTimeoutFunc: c.GroupTimeoutFunc,
+		MinimumTimeoutForEmptyGroups: c.MinimumTimeoutForEmptyGroups,
+		PollInterval:                 c.PollInterval,
+		DiscardPublisher:             c.DiscardPublisher, DiscardTopic: c.DiscardTopic,
 		Logger: c.Logger, MeterProvider: c.MeterProvider, TracerProvider: c.TracerProvider,
 	}
 }
@@ -201,8 +249,11 @@ func (c Config) Validate() error {
 	if c.Release.kind == releaseWhen && c.Release.fn == nil {
 		p.Add("ReleaseWhen needs a function")
 	}
-	if c.Release.kind == releaseTimeout && c.GroupTimeout <= 0 {
-		p.Add("ReleaseOnTimeout needs a positive GroupTimeout")
+	if c.ReleaseLockBeforeSend && c.ExpireGroupsOnCompletion {
+		p.Add("ReleaseLockBeforeSend and ExpireGroupsOnCompletion cannot be combined")
+	}
+	if c.Release.kind == releaseTimeout && !s.TimeoutConfigured() {
+		p.Add("ReleaseOnTimeout needs a positive GroupTimeout or a GroupTimeoutFunc")
 	}
 	return p.Err()
 }

@@ -52,6 +52,27 @@
 // publish and the completion are one transaction, which a router-side
 // publish cannot join.
 //
+// # Group timeouts
+//
+// Config.GroupTimeout expires a group that long after its last message;
+// Config.GroupTimeoutFunc (Spring's groupTimeoutExpression) computes the
+// timeout from the group and the message after every message that does
+// not release its group: a positive result moves the due time, zero
+// clears it (no timeout), a negative one expires the group at once, in
+// Handle. The due time lives in the store either way, so any instance's
+// timeout runner fires it.
+//
+// # Nested splits
+//
+// Package [github.com/lockreg/lockreg/sequence] is the splitter side:
+// sequence.Split gives each part its correlation_id, sequence_number and
+// sequence_size, and saves those of a message that was itself a part on a
+// stack under "sequence_details". The aggregator restores the top of that
+// stack on its output by default (Spring's popSequence;
+// Config.DisablePopSequence turns it off), so that the output of the inner
+// aggregator is a part of the outer split again and the next aggregator
+// releases it on its sequence size.
+//
 // # Processing
 //
 // Handle takes the group lock of the message's correlation key (key
@@ -78,6 +99,17 @@
 // handler that lost its lock cannot overwrite what the next holder did.
 // What the watch adds is that it also publishes no output or discard that
 // the next holder publishes again, and acks nothing it did not finish.
+//
+// With Config.ReleaseLockBeforeSend (Spring's releaseLockBeforeSend) the
+// output is published after the group lock is released: under the lock
+// the release only closes the group (complete, its messages kept), and
+// the publish and the record of the release follow the unlock, guarded by
+// the group's version instead of the lock; a release whose send failed or
+// whose instance died is finished by the redelivery or a timeout runner.
+// Spring publishes after its unlock too, but also completes the group
+// there, outside the lock; here the group is closed before the unlock, so
+// a message arriving during the send is late rather than added to a group
+// being released. The field's doc says what else changes.
 //
 // # Guarantees
 //
@@ -167,6 +199,8 @@
 // registry.NewLocal, one statement each with a jdbc repository) and one
 // store Add; a release adds a Get, a Publish and an Update. The timeout
 // runner makes one ClaimDue per PollInterval and instance.
+// GroupTimeoutFunc adds an Update to each message that does not release
+// its group; ReleaseLockBeforeSend adds an Update to each release.
 //
 // # Observability
 //

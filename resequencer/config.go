@@ -119,6 +119,24 @@ type Config struct {
 	// group is then kept complete, so that later messages are discarded as
 	// late, or removed if ExpireGroupsOnTimeout.
 	GroupTimeout time.Duration
+	// GroupTimeoutFunc, optional, is the group timeout as a function of
+	// the group: Spring's groupTimeoutExpression. It is called under the
+	// group lock after every message that is added (or redelivered to an
+	// open group) and does not complete its group, with the group as it is
+	// once that message's releases and discards are done (Key, ID, Size
+	// of the messages still held, LastReleasedSequence, Created; no
+	// Messages) and the message. A positive result makes the group due that
+	// long from the store's now, replacing the due time an earlier message
+	// set; zero clears it, so the group has no timeout (Spring's null); a
+	// negative result expires the group at once, in Handle, as the timeout
+	// runner would (Spring's zero or less). Spring evaluates its expression
+	// only when the message releases nothing; here it is also evaluated
+	// after a partial release, so that messages held behind a gap keep a
+	// timeout (Spring cancels the timer on arrival and sets no new one after
+	// a release). It costs a store Update per message that releases
+	// nothing, and nothing more for one that does. Mutually exclusive with
+	// GroupTimeout.
+	GroupTimeoutFunc func(g groupstore.Group, latest *message.Message) time.Duration
 	// SendPartialResultOnExpiry releases the messages of an expired group
 	// instead of discarding them.
 	SendPartialResultOnExpiry bool
@@ -184,9 +202,10 @@ func (c Config) settings() grouphandler.Settings {
 		Publisher: c.Publisher, OutputTopic: c.OutputTopic,
 		Store: c.Store, Locks: c.Locks, LockPrefix: c.LockPrefix, LockTimeout: c.LockTimeout,
 		Correlation: c.Correlation, MessageID: c.MessageID,
-		GroupTimeout: c.GroupTimeout, MinimumTimeoutForEmptyGroups: c.MinimumTimeoutForEmptyGroups,
-		PollInterval:     c.PollInterval,
-		DiscardPublisher: c.DiscardPublisher, DiscardTopic: c.DiscardTopic,
+		GroupTimeout: c.GroupTimeout, GroupTimeoutFunc: c.GroupTimeoutFunc,
+		MinimumTimeoutForEmptyGroups: c.MinimumTimeoutForEmptyGroups,
+		PollInterval:                 c.PollInterval,
+		DiscardPublisher:             c.DiscardPublisher, DiscardTopic: c.DiscardTopic,
 		Logger: c.Logger, MeterProvider: c.MeterProvider, TracerProvider: c.TracerProvider,
 	}
 }

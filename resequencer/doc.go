@@ -70,13 +70,53 @@
 //     Config.MessageID, default the UUID) is recognised and acked without
 //     output.
 //
+// # Spring's options
+//
+// The options are those of Spring Integration's resequencer, with the same
+// defaults, and behave as its documentation and ResequencerTests say
+// except where noted (each is tested):
+//
+//   - ReleasePartialSequences releases the run that follows the last
+//     released number as it completes (Spring: when the lowest number held
+//     is the last released one plus one); without it the whole sequence is
+//     released at once. Without a sequence size it resequences an
+//     unbounded sequence.
+//   - GroupTimeout and GroupTimeoutFunc (groupTimeoutExpression; see the
+//     field) count from the last message. Spring cancels a group's timer
+//     when a message arrives and sets none when that message releases a
+//     run, so messages held behind a gap wait for a reaper; here the due
+//     time set by the last message stands after a partial release.
+//   - On expiry SendPartialResultOnExpiry releases every held message in
+//     order, skipping gaps; Spring sends only the first contiguous run and
+//     (by its source) removes the rest from the group unsent and
+//     undiscarded.
+//     Without it the held messages are discarded ("expired"); runs
+//     released before stay released.
+//   - ExpireGroupsOnTimeout is off by default, as Spring forces it: the
+//     expired group is kept complete and a later message is discarded at
+//     once as late; with it the group is removed and a later message starts
+//     a new group, discarded only when that one times out (Spring's
+//     testTimeoutDontExpire).
+//   - A group whose whole sequence is released is kept complete, so that
+//     late messages and redeliveries are recognised (Spring removes it);
+//     ExpireGroupsOnCompletion removes it, MinimumTimeoutForEmptyGroups
+//     removes it that long after.
+//   - A message whose number is beyond the sequence size, or at or below
+//     the last released one, is discarded at once; Spring keeps the first
+//     waiting and lets the second stall partial releases.
+//   - releaseLockBeforeSend is not offered: the order of runs across
+//     instances rests on publishing a run under the group lock before it
+//     is recorded (see above). popSequence does not apply: released
+//     messages are sent as they came, as in Spring.
+//
 // # Costs
 //
 // Each handled message costs a lock acquisition and release and a store
 // Add and Get; Get reads the group's unreleased messages, so a group of n
 // messages that arrive in reverse order costs O(n²) in reads. A release
 // adds a Publish and an Update. The timeout runner makes one ClaimDue per
-// PollInterval and instance. A kept complete group stays in the store,
+// PollInterval and instance. GroupTimeoutFunc adds an Update to each
+// message that releases and discards nothing. A kept complete group stays in the store,
 // without messages, until MinimumTimeoutForEmptyGroups removes it or the
 // store's own clean-up does (sqlstore.Store: 7 days after its completion,
 // see sqlstore.Config.CleanupRetention).

@@ -137,3 +137,12 @@ func (r rules) planFor(sg groupstore.Group, expired bool) plan {
 	}
 	return p
 }
+
+// after returns sg as it is once p is carried out, without its messages:
+// what Config.GroupTimeoutFunc sees.
+func (p plan) after(sg groupstore.Group) groupstore.Group {
+	sg.Messages = nil
+	sg.Size -= len(p.release) + len(p.discard)
+	sg.LastReleasedSequence = p.last
+	return sg
+}

@@ -81,7 +81,15 @@ func (q *Resequencer) Handle(msg *message.Message) (err error) {
 		if err != nil {
 			return err
 		}
-		return q.apply(lctx, sg, q.rules.planFor(sg, false), false)
+		p := q.rules.planFor(sg, false)
+		var s grouphandler.Schedule
+		if !p.complete {
+			s = q.core.ScheduleFor(p.after(sg), msg)
+		}
+		if s.Now {
+			return q.apply(lctx, sg, q.rules.planFor(sg, true), true, grouphandler.Schedule{})
+		}
+		return q.apply(lctx, sg, p, false, s)
 	})
 }
 
@@ -91,9 +99,10 @@ func withReason(m *message.Message, reason string) *message.Message {
 }
 
 // apply carries out p for sg under the group lock: it publishes the
-// release, discards, and then records the outcome in the store, so that
-// a failure anywhere leaves the group as it was for the next attempt.
-func (q *Resequencer) apply(ctx context.Context, sg groupstore.Group, p plan, expired bool) error {
+// release, discards, and then records the outcome in the store, with the
+// due time s asks for (Config.GroupTimeoutFunc), so that a failure
+// anywhere leaves the group as it was for the next attempt.
+func (q *Resequencer) apply(ctx context.Context, sg groupstore.Group, p plan, expired bool, s grouphandler.Schedule) error {
 	var outs []*message.Message
 	for _, e := range p.release {
 		outs = append(outs, grouphandler.ToMessage(q.core.OutputUUID(sg.ID, e.seq), e.msg))
@@ -120,6 +129,11 @@ func (q *Resequencer) apply(ctx context.Context, sg groupstore.Group, p plan, ex
 	case p.changes():
 		u = groupstore.Update{IfVersion: sg.Version, Release: p.ids(),
 			SetLastReleasedSequence: true, LastReleasedSequence: p.last}
+		if s.Set {
+			u.Timeout, u.ClearTimeout = s.Update.Timeout, s.Update.ClearTimeout
+		}
+	case s.Set:
+		return q.core.Reschedule(ctx, sg, s)
 	default:
 		return nil
 	}
@@ -150,5 +164,5 @@ func (q *Resequencer) expire(ctx context.Context, sg groupstore.Group) error {
 	if sg.Complete {
 		return q.core.Remove(ctx, sg)
 	}
-	return q.apply(ctx, sg, q.rules.planFor(sg, true), true)
+	return q.apply(ctx, sg, q.rules.planFor(sg, true), true, grouphandler.Schedule{})
 }

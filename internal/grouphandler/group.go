@@ -20,7 +20,8 @@ import (
 // complete group is discarded as "late", and a redelivery to a complete
 // group needs nothing more. A redelivery to an open group is looked at
 // again, as an earlier attempt may have failed between adding and
-// releasing.
+// releasing, and so is one to a complete group that still holds
+// messages, whose release's send did not finish.
 func (c *Core) Add(ctx context.Context, key, id string, msg *message.Message) (g groupstore.Group, look bool, err error) {
 	if err := c.checkHold(ctx, "adding to", key); err != nil {
 		return g, false, err
@@ -35,9 +36,12 @@ func (c *Core) Add(ctx context.Context, key, id string, msg *message.Message) (g
 		return g, false, c.Discard(ctx, key, []*message.Message{WithReason(msg.Copy(), c.kind.DiscardReasonKey, "late")})
 	case groupstore.Duplicate:
 		c.logger.Debug("Redelivered message ignored", watermill.LogFields{"message_uuid": msg.UUID, "group": key})
-		if g.Complete {
+		if g.Complete && g.Size == 0 {
 			return g, false, nil
 		}
+		// A complete group that still holds messages is a release whose
+		// send did not finish (aggregator.Config.ReleaseLockBeforeSend):
+		// the handler finishes it.
 	}
 	return g, true, nil
 }

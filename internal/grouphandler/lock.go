@@ -21,8 +21,10 @@ import (
 // WithLock marks work's error as caused by the lost lock. The watch costs
 // no goroutine per hold: one per Core polls the holds in progress (see
 // watcher).
+//
+// What work defers with AfterUnlock runs after the unlock.
 func (c *Core) WithLock(ctx context.Context, key string, work func(context.Context) error) error {
-	return c.withLock(ctx, key, c.s.LockTimeout, work)
+	return thenDeferred(ctx, func(ctx context.Context) error { return c.withLock(ctx, key, c.s.LockTimeout, work) })
 }
 
 // withLock is WithLock with a wait of its own.

@@ -84,7 +84,19 @@ func (c *Core) expireOne(ctx context.Context, due groupstore.DueGroup, expire fu
 
 // expireLocked is expireOne without its span.
 func (c *Core) expireLocked(ctx context.Context, due groupstore.DueGroup, expire func(context.Context, groupstore.Group) error) error {
-	err := c.withLock(ctx, due.Key, c.expireWait(), func(lctx context.Context) error {
+	err := thenDeferred(ctx, func(ctx context.Context) error {
+		return c.expireUnderLock(ctx, due, expire)
+	})
+	if errors.Is(err, c.kind.Errors.LockTimeout) {
+		return nil
+	}
+	return err
+}
+
+// expireUnderLock is expireLocked's work under the group lock; what
+// expire defers with AfterUnlock runs after it.
+func (c *Core) expireUnderLock(ctx context.Context, due groupstore.DueGroup, expire func(context.Context, groupstore.Group) error) error {
+	return c.withLock(ctx, due.Key, c.expireWait(), func(lctx context.Context) error {
 		sg, err := c.Get(lctx, due.Key)
 		if errors.Is(err, groupstore.ErrNotFound) {
 			return nil
@@ -101,10 +113,6 @@ func (c *Core) expireLocked(ctx context.Context, due groupstore.DueGroup, expire
 		c.tel.expiredGroup()
 		return nil
 	})
-	if errors.Is(err, c.kind.Errors.LockTimeout) {
-		return nil
-	}
-	return err
 }
 
 // repeated logs a failure of the runner that may repeat at every poll: of

@@ -28,6 +28,7 @@ type Settings struct {
 	Correlation                  func(*message.Message) string
 	MessageID                    func(*message.Message) string
 	GroupTimeout                 time.Duration
+	GroupTimeoutFunc             func(groupstore.Group, *message.Message) time.Duration
 	MinimumTimeoutForEmptyGroups time.Duration
 	PollInterval                 time.Duration
 	DiscardPublisher             message.Publisher
@@ -112,7 +113,8 @@ func (s Settings) CheckPublishing(p *Problems) {
 	}
 }
 
-// CheckDurations records negative durations.
+// CheckDurations records negative durations, and a GroupTimeout given
+// with a GroupTimeoutFunc.
 func (s Settings) CheckDurations(p *Problems) {
 	for _, d := range []struct {
 		name string
@@ -125,6 +127,7 @@ func (s Settings) CheckDurations(p *Problems) {
 			p.Add("%s must not be negative, not %v", d.name, d.d)
 		}
 	}
+	s.checkTimeouts(p)
 }
 
 // newLocal returns an in-process registry with the default options, which

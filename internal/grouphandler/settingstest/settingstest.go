@@ -63,6 +63,8 @@ func sample(t reflect.Type, name string, i int) (reflect.Value, error) {
 		v = time.Duration(i + 1)
 	case reflect.TypeFor[func(*message.Message) string]():
 		v = func(*message.Message) string { return name }
+	case reflect.TypeFor[func(groupstore.Group, *message.Message) time.Duration]():
+		v = func(groupstore.Group, *message.Message) time.Duration { return time.Duration(i + 1) }
 	case reflect.TypeFor[message.Publisher]():
 		v = &publisher{name}
 	case reflect.TypeFor[groupstore.Store]():
@@ -88,7 +90,10 @@ func same(got, w reflect.Value) bool {
 		if got.IsNil() {
 			return false
 		}
-		in := []reflect.Value{reflect.Zero(w.Type().In(0))}
+		in := make([]reflect.Value, w.Type().NumIn())
+		for i := range in {
+			in[i] = reflect.Zero(w.Type().In(i))
+		}
 		return got.Call(in)[0].Interface() == w.Call(in)[0].Interface()
 	}
 	return got.Interface() == w.Interface()
