@@ -21,8 +21,8 @@
 // parts of a top-level split carry no DetailsKey. [Pop] restores the
 // innermost frame (keys the frame lacks are deleted) and removes it from
 // the stack, deleting DetailsKey when it empties. aggregator.Aggregator
-// pops the output of every release unless told not to
-// (aggregator.Config.DisablePopSequence).
+// pops the output of a release whose stack is still that of the group's
+// messages, unless told not to (aggregator.Config.DisablePopSequence).
 //
 // [Split] is a splitter built on Push: it makes the parts of a message,
 // copying its metadata, with name-based UUIDs, so that a redelivered
