@@ -11,7 +11,8 @@ import (
 )
 
 // ErrUnsupportedLayout reports a lock table whose columns are not the ones
-// lockreg needs: Spring Integration 7's INT_LOCK plus lockreg's FENCE. The
+// lockreg needs: Spring Integration 7's INT_LOCK plus lockreg's FENCE,
+// LOCK_NAME and HOLDER. The
 // returned error wraps it, names the table and the layout found (such as
 // Spring Integration 5.x/6.x's, which has no EXPIRED_AFTER), and says how to
 // migrate it, with the statements for the dialect where CreateSchema does
@@ -21,14 +22,14 @@ var ErrUnsupportedLayout = errors.New("jdbc: unsupported lock table layout")
 // CreateSchema creates the lock table and, on PostgreSQL, its waiter queue
 // for the dialect of db, with the prefix WithPrefix configures: it executes
 // the lock scripts embedded in package [github.com/lockreg/lockreg/sql] for
-// the dialect (000001_lock, 000002_lock_fence_queue and whatever later lock
-// scripts add), in name order, each statement on its own, with INT_
+// the dialect (000001_lock, 000002_lock_fence_queue, 000004_lock_holder and
+// whatever later lock scripts add), in name order, each statement on its own, with INT_
 // replaced by the prefix. The message-group tables are package
 // groupstore/sqlstore's, whose CreateSchema creates them. It creates what
 // is missing and leaves the rest, so it may
 // run at every start: on an empty database, on tables it made before, and
-// on a Spring Integration 7 INT_LOCK, to which it adds lockreg's FENCE
-// column. Of the options it uses WithPrefix and WithDialect and checks the
+// on a Spring Integration 7 INT_LOCK or one of an earlier lockreg, to which
+// it adds lockreg's columns (FENCE, LOCK_NAME, HOLDER). Of the options it uses WithPrefix and WithDialect and checks the
 // rest.
 //
 // Any number of processes may call it at once: the calls for one database
@@ -50,7 +51,7 @@ func CreateSchema(ctx context.Context, db DB, opts ...Option) error {
 	}
 	// for inspectTable and error classification
 	r := &LockRepository{db: db, cfg: cfg, sql: &lockStatements{check: cfg.d.MustCompile(dialect.CheckLock, cfg.prefix)}}
-	if state, err := r.inspectTable(ctx); err != nil && state != tableMissing {
+	if state, _, err := r.inspectTable(ctx); err != nil && state != tableMissing {
 		return r.wrap(ctx, "jdbc: create schema", err)
 	}
 	if err := cfg.d.ApplyScripts(ctx, db, cfg.prefix, dialect.LockScripts); err != nil {
@@ -65,55 +66,61 @@ type tableState int
 const (
 	tableUnknown tableState = iota // with an error
 	tableMissing
-	tableComplete     // Spring Integration 7's columns and FENCE
-	tableWithoutFence // Spring Integration 7's columns only
+	tableComplete       // Spring Integration 7's columns and lockreg's
+	tableWithoutLockreg // Spring Integration 7's columns, some of lockreg's missing
 )
+
+// lockregColumns are the columns lockreg adds to Spring Integration 7's
+// INT_LOCK: the fencing token (000002) and the readable key and holder
+// (000004).
+var lockregColumns = []string{"FENCE", "LOCK_NAME", "HOLDER"}
 
 // spring6Columns are the columns of Spring Integration 5.x/6.x's INT_LOCK;
 // 7 adds EXPIRED_AFTER, and lockreg FENCE.
 var spring6Columns = []string{"LOCK_KEY", "REGION", "CLIENT_ID", "CREATED_DATE"}
 
 // inspectTable tells whether the lock table is missing (then with the
-// database's error saying so), complete or lacks only FENCE, and returns an
+// database's error saying so), complete or lacks only lockreg's columns
+// (then returning them), and returns an
 // error wrapping ErrUnsupportedLayout for any other layout. It is checkSQL,
 // one SELECT that reads no rows; only when that fails does it look for the
 // columns one by one. Other failures are returned as they are.
-func (r *LockRepository) inspectTable(ctx context.Context) (tableState, error) {
+func (r *LockRepository) inspectTable(ctx context.Context) (tableState, []string, error) {
 	cfg := r.cfg
 	err := dialect.SelectNothing(ctx, r.db, r.sql.check.SQL)
 	if err == nil {
-		return tableComplete, nil
+		return tableComplete, nil, nil
 	}
 	if ctx.Err() != nil {
-		return tableUnknown, err
+		return tableUnknown, nil, err
 	}
 	if cfg.d.IsNoTable(ctx, r.db, err) {
-		return tableMissing, err
+		return tableMissing, nil, err
 	}
 	missing, noTable, cerr := cfg.d.MissingColumns(ctx, r.db, cfg.table,
-		append(slices.Clone(spring6Columns), "EXPIRED_AFTER", "FENCE"))
+		append(append(slices.Clone(spring6Columns), "EXPIRED_AFTER"), lockregColumns...))
 	switch {
 	case cerr != nil:
-		return tableUnknown, err
+		return tableUnknown, nil, err
 	case noTable:
-		return tableMissing, err
+		return tableMissing, nil, err
 	case len(missing) == 0: // made meanwhile, or something else failed
 		if dialect.SelectNothing(ctx, r.db, r.sql.check.SQL) == nil {
-			return tableComplete, nil
+			return tableComplete, nil, nil
 		}
-		return tableUnknown, err
-	case slices.Equal(missing, []string{"FENCE"}):
-		return tableWithoutFence, nil
+		return tableUnknown, nil, err
+	case !slices.ContainsFunc(missing, func(c string) bool { return !slices.Contains(lockregColumns, c) }):
+		return tableWithoutLockreg, missing, nil
 	case slices.Contains(missing, "EXPIRED_AFTER") && !slices.ContainsFunc(spring6Columns, func(c string) bool {
 		return slices.Contains(missing, c)
 	}):
-		return tableUnknown, fmt.Errorf("%w: table %s has the layout of Spring Integration 5.x/6.x (no EXPIRED_AFTER column); "+
+		return tableUnknown, nil, fmt.Errorf("%w: table %s has the layout of Spring Integration 5.x/6.x (no EXPIRED_AFTER column); "+
 			"lockreg needs Spring Integration 7's, which Spring 5.x/6.x applications cannot use: stop them, "+
 			"then migrate it with: %s; then call jdbc.CreateSchema or apply the scripts in lockreg's sql/%s folder, "+
-			"which add lockreg's FENCE column",
+			"which add lockreg's columns",
 			ErrUnsupportedLayout, cfg.table, strings.Join(cfg.d.Spring6Migration(cfg.table), "; "), cfg.dialect)
 	default:
-		return tableUnknown, fmt.Errorf("%w: table %s lacks %s of Spring Integration 7's INT_LOCK, which lockreg needs "+
+		return tableUnknown, nil, fmt.Errorf("%w: table %s lacks %s of Spring Integration 7's INT_LOCK, which lockreg needs "+
 			"(see lockreg's sql/%s/000001_lock.up.sql)", ErrUnsupportedLayout, cfg.table, strings.Join(missing, ", "), cfg.dialect)
 	}
 }
@@ -122,7 +129,7 @@ func (r *LockRepository) inspectTable(ctx context.Context) (tableState, error) {
 // complete table, and for a missing one when missingOK; otherwise an error
 // wrapping ErrNoTable, ErrUnsupportedLayout or the database's error.
 func (r *LockRepository) checkTable(ctx context.Context, what string, missingOK bool) error {
-	state, err := r.inspectTable(ctx)
+	state, missing, err := r.inspectTable(ctx)
 	switch {
 	case state == tableMissing:
 		if missingOK {
@@ -131,10 +138,10 @@ func (r *LockRepository) checkTable(ctx context.Context, what string, missingOK 
 		return fmt.Errorf("%s: %w", what, r.noTable(err))
 	case err != nil:
 		return r.wrap(ctx, what, err)
-	case state == tableWithoutFence:
-		return fmt.Errorf("%s: %w: table %s has Spring Integration 7's layout without lockreg's FENCE column; "+
-			"add it with jdbc.CreateSchema or the scripts in lockreg's sql/%s folder",
-			what, ErrUnsupportedLayout, r.cfg.table, r.cfg.dialect)
+	case state == tableWithoutLockreg:
+		return fmt.Errorf("%s: %w: table %s has Spring Integration 7's layout without lockreg's %s; "+
+			"add them with jdbc.CreateSchema or the scripts in lockreg's sql/%s folder",
+			what, ErrUnsupportedLayout, r.cfg.table, strings.Join(missing, ", "), r.cfg.dialect)
 	}
 	return nil
 }

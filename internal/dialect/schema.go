@@ -49,7 +49,6 @@ func (d *Dialect) ApplyScripts(ctx context.Context, db Querier, prefix string, p
 		})
 	})
 	slices.Sort(names)
-	type statement struct{ script, sql string }
 	var all []statement
 	for _, name := range names {
 		b, err := fs.ReadFile(lockregsql.FS, name)
@@ -60,6 +59,26 @@ func (d *Dialect) ApplyScripts(ctx context.Context, db Querier, prefix string, p
 			all = append(all, statement{name, s})
 		}
 	}
+	return d.apply(ctx, db, "lockreg.CreateSchema:"+strings.ToLower(prefix), all)
+}
+
+// ApplyDDL executes statements in order, each on its own, taking turns with
+// every other ApplyDDL or ApplyScripts call of the same key on the database
+// as ApplyScripts does (on PostgreSQL and SQLite in one transaction).
+// Errors name what.
+func (d *Dialect) ApplyDDL(ctx context.Context, db Querier, key, what string, statements ...string) error {
+	all := make([]statement, len(statements))
+	for i, s := range statements {
+		all[i] = statement{what, s}
+	}
+	return d.apply(ctx, db, key, all)
+}
+
+// statement is one statement of a script.
+type statement struct{ script, sql string }
+
+// apply runs statements on one connection of db during the turn of key.
+func (d *Dialect) apply(ctx context.Context, db Querier, key string, all []statement) error {
 	x, done, err := pin(ctx, db)
 	if err != nil {
 		return err
@@ -67,7 +86,7 @@ func (d *Dialect) ApplyScripts(ctx context.Context, db Querier, prefix string, p
 	// Ending the turn must not depend on ctx, which may be what failed.
 	end, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	bad, err := d.turn(ctx, end, x, "lockreg.CreateSchema:"+strings.ToLower(prefix), func() error {
+	bad, err := d.turn(ctx, end, x, key, func() error {
 		for _, s := range all {
 			if d.skipScript != nil {
 				if skip, err := d.skipScript(ctx, x, s.sql); err != nil {
