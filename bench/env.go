@@ -37,6 +37,11 @@ type env struct {
 	sqliteErr error
 	redis     *redisEnv // see redis.go
 
+	ownPG      *ownPostgres // -own-postgres; nil otherwise
+	syncCommit string       // -synchronous-commit: the benchmark database's setting, "" = the server's
+	pgss       bool         // pg_stat_statements is loaded: server time per statement
+	pgssErr    error        // why not
+
 	verbose bool
 	logMu   sync.Mutex
 	logged  map[string]int
@@ -77,6 +82,7 @@ func withDatabase(dsn, db string) (string, bool) {
 
 func openEnv(ctx context.Context, cfg config) *env {
 	e := &env{logged: map[string]int{}, verbose: cfg.verbose}
+	e.syncCommit = cfg.syncCommit
 	e.setupPostgres(ctx, cfg)
 	e.setupMariaDB(ctx, cfg)
 	e.setupSQLite(ctx)
@@ -95,6 +101,7 @@ func (e *env) close() {
 		os.RemoveAll(e.sqliteDir)
 	}
 	e.redis.close()
+	e.ownPG.stop()
 }
 
 func ping(ctx context.Context, db *sql.DB) error {
@@ -105,6 +112,14 @@ func ping(ctx context.Context, db *sql.DB) error {
 
 func (e *env) setupPostgres(ctx context.Context, cfg config) {
 	dsn := envOr("LOCKREG_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	if cfg.ownPostgres > 0 {
+		p, d, err := startOwnPostgres(ctx, cfg.ownPostgres)
+		if err != nil {
+			e.pgErr = err
+			return
+		}
+		e.ownPG, dsn = p, d
+	}
 	pc, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		e.pgErr = err
@@ -131,6 +146,10 @@ func (e *env) setupPostgres(ctx context.Context, cfg config) {
 			}
 			e.pgDSN, e.pgDB = d, cfg.pgDB
 		}
+	}
+	if err := e.setupDatabaseSettings(ctx); err != nil {
+		e.pgErr = err
+		return
 	}
 	db, _, err := openPgx(e.pgDSN, 1)
 	if err != nil {
@@ -324,6 +343,21 @@ func (e *env) facts(ctx context.Context) [][2]string {
 					s = append(s, name+"="+val)
 				}
 			}
+			if db, _, err := openPgx(e.pgDSN, 1); err == nil {
+				var val string
+				if db.QueryRowContext(ctx, "SHOW synchronous_commit").Scan(&val) == nil {
+					s = append(s, "benchmark database's synchronous_commit="+val)
+				}
+				db.Close()
+			}
+			if e.pgss {
+				s = append(s, "server time per statement from pg_stat_statements")
+			} else if e.pgssErr != nil {
+				s = append(s, "no pg_stat_statements (-own-postgres starts a server with it)")
+			}
+			if e.ownPG != nil {
+				s = append(s, fmt.Sprintf("the benchmark's own server (-own-postgres %d, %s)", e.ownPG.port, e.ownPG.bin))
+			}
 			f = append(f, [2]string{"PostgreSQL", v + ", database " + e.pgDB + "; " + strings.Join(s, ", ")})
 		}
 	}
@@ -372,4 +406,88 @@ func cpuModel() string {
 		}
 	}
 	return ""
+}
+
+// setupDatabaseSettings sets synchronous_commit on the benchmark's own
+// database (ALTER DATABASE, so that every session of every driver, the
+// listeners' too, has it; without -synchronous-commit it resets it to the
+// server's), and finds out whether pg_stat_statements is loaded.
+func (e *env) setupDatabaseSettings(ctx context.Context) error {
+	if e.pgDB == "" || e.pgDB == e.adminDB() {
+		if e.syncCommit != "" {
+			return fmt.Errorf("-synchronous-commit needs the benchmark's own database (-pgdb)")
+		}
+	} else {
+		q := `ALTER DATABASE ` + pgx.Identifier{e.pgDB}.Sanitize() + ` RESET synchronous_commit`
+		if e.syncCommit != "" {
+			q = `ALTER DATABASE ` + pgx.Identifier{e.pgDB}.Sanitize() + ` SET synchronous_commit = ` + e.syncCommit
+		}
+		if _, err := e.pgAdmin.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	_, err := e.pgAdmin.ExecContext(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`)
+	if err == nil {
+		var n int64
+		err = e.pgAdmin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_statements`).Scan(&n)
+	}
+	e.pgss, e.pgssErr = err == nil, err
+	return nil
+}
+
+// adminDB is the database of the configured DSN.
+func (e *env) adminDB() string {
+	var db string
+	e.pgAdmin.QueryRowContext(context.Background(), `SELECT current_database()`).Scan(&db)
+	return db
+}
+
+// stmtStat is one statement's server time, from pg_stat_statements.
+type stmtStat struct {
+	Query  string  `json:"query"`
+	Calls  int64   `json:"calls"`
+	MeanUs float64 `json:"mean_exec_us"`
+}
+
+// resetStatements empties pg_stat_statements, if loaded.
+func (e *env) resetStatements(ctx context.Context, c contestant) {
+	if c.server != "postgres" || !e.pgss {
+		return
+	}
+	if _, err := e.pgAdmin.ExecContext(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+		e.logf("pg_stat_statements_reset: %v", err)
+	}
+}
+
+// statements reads the benchmark database's statements since the reset:
+// the mean execution time over all of them, and the statements by calls.
+func (e *env) statements(ctx context.Context, c contestant) (meanUs *float64, stats []stmtStat) {
+	if c.server != "postgres" || !e.pgss {
+		return nil, nil
+	}
+	rows, err := e.pgAdmin.QueryContext(ctx, `SELECT s.query, s.calls, s.total_exec_time FROM pg_stat_statements s `+
+		`JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1 AND s.calls > 0 ORDER BY s.calls DESC, s.total_exec_time DESC`, e.pgDB)
+	if err != nil {
+		e.logf("pg_stat_statements: %v", err)
+		return nil, nil
+	}
+	defer rows.Close()
+	var calls int64
+	var total float64
+	for rows.Next() {
+		var s stmtStat
+		var ms float64
+		if err := rows.Scan(&s.Query, &s.Calls, &ms); err != nil {
+			e.logf("pg_stat_statements: %v", err)
+			return nil, nil
+		}
+		s.MeanUs = ms * 1000 / float64(s.Calls)
+		calls += s.Calls
+		total += ms * 1000
+		stats = append(stats, s)
+	}
+	if calls == 0 {
+		return nil, nil
+	}
+	return fp(total / float64(calls)), stats
 }

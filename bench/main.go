@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -34,6 +35,11 @@ type config struct {
 	plotDir    string
 	pgDB       string
 	verbose    bool
+	// ownPostgres is the port of a PostgreSQL server the benchmark starts
+	// for itself with pg_stat_statements (0: LOCKREG_POSTGRES_DSN's).
+	ownPostgres int
+	syncCommit  string // synchronous_commit of the benchmark database; "" = the server's
+	cpuProfile  string // write a CPU profile of the whole run here
 
 	// The aggregator and resequencer scenarios.
 	variants    []string
@@ -60,7 +66,19 @@ func main() {
 		}
 		os.Exit(2)
 	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(context.Background(), cfg, os.Stdout); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -83,6 +101,9 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs.StringVar(&cfg.plotDir, "plot", "", "write SVG charts to `DIR`")
 	fs.StringVar(&cfg.pgDB, "pgdb", "lockreg_bench", "PostgreSQL database of the benchmark, created if missing on the server of LOCKREG_POSTGRES_DSN, so that its statistics count only the benchmark (\"\" = the DSN's own)")
 	fs.BoolVar(&cfg.verbose, "v", false, "log every contestant error")
+	fs.IntVar(&cfg.ownPostgres, "own-postgres", 0, "start a PostgreSQL of the benchmark's own on this `port` (initdb from /usr/lib/postgresql/*/bin into a temporary directory, shared_preload_libraries=pg_stat_statements), instead of LOCKREG_POSTGRES_DSN's; removed at the end")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
+	fs.StringVar(&cfg.syncCommit, "synchronous-commit", "", "synchronous_commit of the benchmark's PostgreSQL database (ALTER DATABASE): on, off, local... (default: the server's)")
 	variants := fs.String("variants", "", "aggregator, resequencer: comma-separated variants (default all): "+strings.Join(variantNames(), ","))
 	fs.IntVar(&cfg.memWorkers, "memory-workers", 8, "aggregator, resequencer: worker goroutines of the memory variant")
 	fs.IntVar(&cfg.pg1Workers, "pg1-workers", 16, "aggregator, resequencer: worker goroutines of the postgres-1 variant")
@@ -121,6 +142,12 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	if cfg.variants, err = list(*variants, variantNames()); err != nil {
 		fmt.Fprintln(errOut, "bench: -variants:", err)
 		return cfg, err
+	}
+	switch cfg.syncCommit {
+	case "", "on", "off", "local", "remote_write", "remote_apply":
+	default:
+		fmt.Fprintf(errOut, "bench: -synchronous-commit %q: want on, off, local, remote_write or remote_apply\n", cfg.syncCommit)
+		return cfg, errors.New("usage")
 	}
 	if cfg.instances < 2 || cfg.goroutines < 1 || cfg.cacheKeys < 1 || cfg.memWorkers < 1 || cfg.pg1Workers < 1 || cfg.pg4Workers < 1 || cfg.groupPool < 0 || cfg.groupWindow < 1 {
 		fmt.Fprintln(errOut, "bench: -instances must be ≥ 2; -goroutines, -cache-keys, -memory-workers, -pg1-workers, -pg4-workers and -group-window ≥ 1, -group-pool ≥ 0")

@@ -82,16 +82,17 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 		fmt.Fprintln(w)
 	}
 	section("uncontended", "uncontended: 1 goroutine, 1 key",
-		"| contestant | cycles/s | acquire p50 / p99 µs | release p50 / p99 µs | stmts/cycle (client) | server/cycle | 40001 retries |",
+		"| contestant | cycles/s | acquire p50 / p99 µs | release p50 / p99 µs | lock / unlock mean µs | server exec µs/stmt | client µs/op beyond exec | stmts/cycle (client) | server/cycle | 40001 retries |",
 		func(r result) string {
 			return strings.Join([]string{f(r.OpsPerSec, 0), f(r.AcqP50us, 0) + " / " + f(r.AcqP99us, 0),
-				f(r.RelP50us, 0) + " / " + f(r.RelP99us, 0), f(r.StmtsPerOp, 2), f(r.ServerPerOp, 2), i64(r.Retries)}, " | ")
+				f(r.RelP50us, 0) + " / " + f(r.RelP99us, 0), f(r.AcqMeanus, 0) + " / " + f(r.RelMeanus, 0),
+				f(r.ServerUsPerStmt, 1), beyond(r), f(r.StmtsPerOp, 2), f(r.ServerPerOp, 2), i64(r.Retries)}, " | ")
 		})
 	otelSection(section, cfg)
 	section("parallel", fmt.Sprintf("parallel: %d goroutines, distinct keys, one instance", cfg.goroutines),
-		"| contestant | cycles/s | stmts/cycle (client) | server/cycle | 40001 retries | errors |",
+		"| contestant | cycles/s | wall µs/op | server exec µs/stmt | stmts/cycle (client) | server/cycle | 40001 retries | errors |",
 		func(r result) string {
-			return strings.Join([]string{f(r.OpsPerSec, 0), f(r.StmtsPerOp, 2), f(r.ServerPerOp, 2), i64(r.Retries), i64(r.Errors)}, " | ")
+			return strings.Join([]string{f(r.OpsPerSec, 0), f(r.ClientUsPerOp, 0), f(r.ServerUsPerStmt, 1), f(r.StmtsPerOp, 2), f(r.ServerPerOp, 2), i64(r.Retries), i64(r.Errors)}, " | ")
 		})
 	section("contended", fmt.Sprintf("contended: %d instances, 1 key, hold %v", cfg.instances, cfg.hold),
 		"| contestant | acq/s | cross-instance hand-offs | hand-off p50 / p90 / p99 / max ms | acquisitions per instance | fairness | wait p99 / max ms | stmts/s (client) | stmts/acq | server/acq | errors |",
@@ -137,7 +138,9 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 	section("resequencer", fmt.Sprintf("resequencer: groups of %d messages shuffled in blocks of %d groups, Handle called directly (ReleasePartialSequences %v)", groupSize, cfg.groupWindow, reseqPartial),
 		groupHeader, groupRow)
 	perKeySection(section)
-	fmt.Fprintln(w, "hand-off: time from a release call returning to the next acquisition by a different instance; \"early\" hand-offs returned before that release call did and count as 0.")
+	statementSection(w, rs)
+	fmt.Fprintln(w, "hand-off: time from the holder calling unlock to the next lock call of a different instance returning; \"early\" hand-offs returned before that unlock call did.")
+	fmt.Fprintln(w, "server exec µs/stmt: mean execution time of the benchmark database's statements (pg_stat_statements, -own-postgres), warm-up included; client µs/op beyond exec: the mean lock or unlock call less the server's execution time of the statements it sent (stmts/cycle ÷ 2 of them): driver, network, scheduling and commit.")
 	fmt.Fprintln(w, "stmts (client): statements sent, counted by a pgx tracer (BEGIN/COMMIT included); – where the driver is not traced.")
 	fmt.Fprintln(w, "server: PostgreSQL transactions (pg_stat_database xact_commit+xact_rollback of the benchmark database) or MariaDB Com_* statements, per operation over the instances' whole life, warm-up included.")
 	fmt.Fprintln(w, "aggregator, resequencer: outputs are aggregated messages (one per completed group) or resequenced messages; expected = one per completed group, or the messages of completed groups; retries = Handle calls that returned an error (requeued), from the measured window on; errors = errors the handlers and registries logged; violations = missing, extra, duplicate or out-of-order outputs, discards and messages never handled.")
@@ -277,4 +280,48 @@ func handoffCDF(rs []result) []byte {
 	}
 	b.WriteString("</svg>\n")
 	return []byte(b.String())
+}
+
+// beyond is the client's share of an uncontended lock or unlock call: its
+// mean wall time less the server's execution of its statements.
+func beyond(r result) string {
+	if r.ClientUsPerOp == nil || r.ServerUsPerStmt == nil || r.StmtsPerOp == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f", *r.ClientUsPerOp-*r.ServerUsPerStmt**r.StmtsPerOp/2)
+}
+
+// statementSection lists the server's statements per scenario and
+// contestant: calls and mean execution time (pg_stat_statements).
+func statementSection(w io.Writer, rs []result) {
+	var rows []string
+	for _, r := range rs {
+		if len(r.ServerStmts) == 0 || (r.Scenario != "uncontended" && r.Scenario != "parallel" && r.Scenario != "contended") {
+			continue
+		}
+		var total int64
+		for _, s := range r.ServerStmts {
+			total += s.Calls
+		}
+		for _, s := range r.ServerStmts {
+			if s.Calls*100 < total { // under 1 % of the calls: set-up, close
+				continue
+			}
+			q := strings.Join(strings.Fields(s.Query), " ")
+			if len(q) > 90 {
+				q = q[:90] + "…"
+			}
+			rows = append(rows, fmt.Sprintf("| %s | %s | %d | %.1f | `%s` |", r.Scenario, r.Contestant, s.Calls, s.MeanUs,
+				strings.ReplaceAll(q, "|", "\\|")))
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "## server time per statement (pg_stat_statements; statements with at least 1 %% of the calls)\n\n"+
+		"| scenario | contestant | calls | mean exec µs | statement |\n|---|---|---:|---:|---|\n")
+	for _, r := range rows {
+		fmt.Fprintln(w, r)
+	}
+	fmt.Fprintln(w)
 }

@@ -71,7 +71,31 @@ type result struct {
 	HandleRetries *int64 `json:"handle_retries,omitempty"`
 	FeedRanOut    bool   `json:"feed_ran_out,omitempty"`
 
+	// ServerUsPerStmt is the mean execution time of the benchmark
+	// database's statements (pg_stat_statements, over the instances' whole
+	// life); ServerStmts are those statements, by calls.
+	ServerUsPerStmt *float64   `json:"server_exec_us_per_stmt,omitempty"`
+	ServerStmts     []stmtStat `json:"server_statements,omitempty"`
+	// AcqMeanus and RelMeanus are the mean lock and unlock calls;
+	// ClientUsPerOp is the mean wall time of a lock or unlock call as a
+	// caller sees it (parallel: goroutines × window / calls).
+	AcqMeanus     *float64 `json:"acquire_mean_us,omitempty"`
+	RelMeanus     *float64 `json:"release_mean_us,omitempty"`
+	ClientUsPerOp *float64 `json:"client_us_per_op,omitempty"`
+
 	handoffs []time.Duration // sorted cross-instance hand-offs, for the plot
+}
+
+// mean returns the mean of samples.
+func mean(samples []time.Duration) time.Duration {
+	if len(samples) == 0 {
+		return 0
+	}
+	var t time.Duration
+	for _, d := range samples {
+		t += d
+	}
+	return t / time.Duration(len(samples))
 }
 
 func fp(v float64) *float64 { return &v }
@@ -97,6 +121,14 @@ type harness struct {
 	c     contestant
 	cfg   config
 	insts []instance
+
+	serverUs    *float64 // pg_stat_statements' mean execution time
+	serverStmts []stmtStat
+}
+
+// fill sets the server's statement times of res.
+func (r *harness) fill(res *result) {
+	res.ServerUsPerStmt, res.ServerStmts = r.serverUs, r.serverStmts
 }
 
 func (r *harness) open(ctx context.Context, n, pool int) error {
@@ -142,11 +174,14 @@ func (r *harness) measure(ctx context.Context, body func() (int64, error)) (serv
 	if err != nil {
 		return nil, err
 	}
+	r.e.resetStatements(ctx, r.c)
 	ops, err := body()
 	r.closeAll()
 	if err != nil {
 		return nil, err
 	}
+	r.e.waitIdle(ctx, r.c)
+	r.serverUs, r.serverStmts = r.e.statements(ctx, r.c)
 	if ok && ops > 0 {
 		r.e.waitIdle(ctx, r.c)
 		s1, _, err := r.e.serverCount(ctx, r.c)
@@ -220,7 +255,10 @@ func uncontended(ctx context.Context, e *env, c contestant, cfg config) (result,
 	res.OpsPerSec = fp(float64(n) / elapsed.Seconds())
 	res.AcqP50us, res.AcqP99us = us(pct(acq, 50)), us(pct(acq, 99))
 	res.RelP50us, res.RelP99us = us(pct(rel, 50)), us(pct(rel, 99))
+	res.AcqMeanus, res.RelMeanus = us(mean(acq)), us(mean(rel))
+	res.ClientUsPerOp = us((mean(acq) + mean(rel)) / 2)
 	res.ServerPerOp = server
+	r.fill(&res)
 	if stmts >= 0 && n > 0 {
 		res.StmtsPerOp = fp(float64(stmts) / float64(n))
 	}
@@ -309,7 +347,11 @@ func parallel(ctx context.Context, e *env, c contestant, cfg config) (result, er
 		return res, err
 	}
 	res.OpsPerSec = fp(float64(ops) / elapsed.Seconds())
+	if ops > 0 {
+		res.ClientUsPerOp = us(time.Duration(float64(elapsed) * float64(cfg.goroutines) / float64(2*ops)))
+	}
 	res.ServerPerOp = server
+	r.fill(&res)
 	if stmts >= 0 && ops > 0 {
 		res.StmtsPerOp = fp(float64(stmts) / float64(ops))
 	}
@@ -324,6 +366,7 @@ func parallel(ctx context.Context, e *env, c contestant, cfg config) (result, er
 type acquisition struct {
 	inst              int
 	called, acquired  time.Time
+	unlocking         time.Time // when the holder called unlock; zero until then
 	released          time.Time // zero until the release returned
 	violatedExclusion bool
 }
@@ -379,6 +422,10 @@ func contended(ctx context.Context, e *env, c contestant, cfg config) (cont, saf
 					mu.Unlock()
 					time.Sleep(cfg.hold)
 					holders.Add(-1)
+					unlocking := time.Now()
+					mu.Lock()
+					a.unlocking = unlocking
+					mu.Unlock()
 					if err := l.unlock(context.Background()); err != nil {
 						errCount.Add(1)
 						e.logf("%s contended: unlock: %v", c.name, err)
@@ -425,13 +472,11 @@ func contended(ctx context.Context, e *env, c contestant, cfg config) (cont, saf
 		waits = append(waits, a.acquired.Sub(a.called))
 		if k > 0 {
 			prev := acqs[k-1]
-			if prev.inst != a.inst && !prev.released.IsZero() {
-				d := a.acquired.Sub(prev.released)
-				if d < 0 {
+			if prev.inst != a.inst && !prev.unlocking.IsZero() {
+				if !prev.released.IsZero() && a.acquired.Before(prev.released) {
 					early++
-					d = 0
 				}
-				hands = append(hands, d)
+				hands = append(hands, max(0, a.acquired.Sub(prev.unlocking)))
 			}
 		}
 	}
@@ -460,6 +505,7 @@ func contended(ctx context.Context, e *env, c contestant, cfg config) (cont, saf
 		}
 	}
 	cont.ServerPerOp = server
+	r.fill(&cont)
 	cont.Errors = ip(errCount.Load())
 	retries(r, &cont)
 	safety.OpsPerSec = cont.OpsPerSec

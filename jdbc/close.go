@@ -44,6 +44,9 @@ func (r *LockRepository) Close(ctx context.Context) error {
 		r.acquire.close()
 		r.renew.close()
 		r.release.close()
+		if r.expire != nil {
+			r.expire.close()
+		}
 	}
 	if err := r.releaseUnheld(ctx, noneHeld); err != nil {
 		return r.wrap(ctx, "jdbc: close", err)

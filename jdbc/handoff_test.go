@@ -352,3 +352,32 @@ func TestDoneClosesWhenTheRowIsExpiredByHand(t *testing.T) {
 		}
 	})
 }
+
+// A release by a client that took its lease itself (not by a hand-off)
+// tries the one-UPDATE release first; with a waiter queued that statement
+// must leave the row alone, so that the hand-off statement gives the lease
+// to the waiter.
+func TestAReleaseOfALeaseTakenDirectlyHandsItToAQueuedWaiter(t *testing.T) {
+	forEachPostgres(t, func(t *testing.T, db testDB, l jdbc.Listener) {
+		region := randomRegion()
+		holder := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l))
+		waiter := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l))
+		ctx := t.Context()
+		if _, ok, err := holder.Acquire(ctx, "k", longTTL); err != nil || !ok {
+			t.Fatalf("Acquire = %v, %v", ok, err)
+		}
+		if _, ok, err := waiter.AcquireOrWait(ctx, "k", longTTL); err != nil || ok {
+			t.Fatalf("AcquireOrWait of the held lease = %v, %v; want false, nil (queued)", ok, err)
+		}
+		if err := holder.Release(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		lease, found := db.Lease(t, table, region, jdbc.UUIDKey("k"))
+		if !found || lease.ClientID != waiter.ClientID() || lease.Remaining <= 0 {
+			t.Fatalf("after the release the row is %+v (found %v); want it handed to the waiter %s", lease, found, waiter.ClientID())
+		}
+		if _, ok, err := waiter.HandedLease(ctx, "k"); err != nil || !ok {
+			t.Fatalf("HandedLease = %v, %v; want the handed lease", ok, err)
+		}
+	})
+}

@@ -58,6 +58,7 @@ type lockStatements struct {
 	sweep, sweepKeys        dialect.Query // sweepKeys.SQL is "" unless the dialect selects keys first
 	expireMine, selectMine  dialect.Query
 	expireOne, check        dialect.Query // expireOne is the default release, whatever WithReleaseQuery says
+	expire                  dialect.Query // PostgreSQL's release when nobody waits; SQL "" elsewhere and with a custom release
 	queue                   *queueStatements
 }
 
@@ -84,6 +85,9 @@ func compileLock(cfg *config) (*lockStatements, error) {
 	}
 	if q := d.Lock.Queue; q != nil {
 		s.release = c(q.Release) // announces the release
+		if !cfg.querySet[qRelease] {
+			s.expire = c(q.Expire)
+		}
 		if !cfg.querySet[qAcquire] {
 			s.queue = &queueStatements{acquireOrWait: c(q.AcquireOrWait), handed: c(q.Handed), leave: c(q.Leave), sweep: c(q.Sweep)}
 		}

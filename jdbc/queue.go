@@ -56,7 +56,7 @@ func (r *LockRepository) HandedLease(ctx context.Context, key string) (registry.
 	ok, err := r.queue.handed.scan(ctx, r.db, r.params(lk, 0).args(r.queue.handed.q), &lease.Token, &remain)
 	lease.TTL = time.Duration(remain) * time.Microsecond
 	// A claim that finds nothing says nothing of a lease held before.
-	r.settle(hk, h, ok && err == nil, false)
+	r.settleHanded(hk, h, ok && err == nil, false, true)
 	if err != nil {
 		return registry.Lease{}, false, r.wrap(ctx, what, err)
 	}

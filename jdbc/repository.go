@@ -40,6 +40,10 @@ type LockRepository struct {
 	sql *lockStatements
 
 	acquire, renew, release *stmt // prepared lazily, closed by Close
+	// expire is PostgreSQL's release of a key nobody waits for, tried
+	// before release unless the lease was handed over (then others
+	// probably wait too); nil with a custom release query and elsewhere.
+	expire *stmt
 	// acquireReturns says the acquire statement returns the fencing token
 	// as a row (the default on PostgreSQL and SQLite); otherwise it is
 	// judged by the rows it affects. releaseReturns says the release
@@ -61,6 +65,7 @@ type LockRepository struct {
 type holding struct {
 	acquiring int  // Acquire calls in flight
 	held      bool // the last Acquire succeeded and no Release has ended it
+	handed    bool // a release handed the lease over: the key has a queue
 }
 
 // NewLockRepository returns a repository on db configured by opts; ctx
@@ -130,6 +135,9 @@ func newRepository(db DB, cfg *config, statements *lockStatements, unprepared bo
 
 		acquireReturns: !cfg.querySet[qAcquire] && cfg.d.Lock.TokenRow,
 		releaseReturns: !cfg.querySet[qRelease] && cfg.d.Lock.Queue != nil,
+	}
+	if r.releaseReturns && statements.expire.SQL != "" {
+		r.expire = &stmt{q: statements.expire, unprepared: unprepared, tel: cfg.tel.stmt("release")}
 	}
 	if q := statements.queue; q != nil {
 		r.queue = &waitQueue{acquireOrWait: &stmt{q: q.acquireOrWait, unprepared: unprepared, tel: cfg.tel.stmt("acquire_or_wait")},
@@ -218,12 +226,18 @@ func (r *LockRepository) markAcquiring(what, hk string) (*holding, error) {
 // started: acquired, or lost to another client. After an error neither
 // holds: a lease held before stays held, as the caller still relies on it.
 func (r *LockRepository) settle(hk string, h *holding, acquired, lostTo bool) {
+	r.settleHanded(hk, h, acquired, lostTo, false)
+}
+
+// settleHanded is settle that also records whether an acquired lease was
+// handed over by a release.
+func (r *LockRepository) settleHanded(hk string, h *holding, acquired, lostTo, handed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h.acquiring--
 	switch {
 	case acquired:
-		h.held = true
+		h.held, h.handed = true, handed
 	case lostTo:
 		h.held = false
 	}
@@ -354,10 +368,21 @@ func (r *LockRepository) Release(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	hk := heldKey(lk)
 	if r.releaseReturns {
 		var n int64
-		if _, err = r.release.scan(ctx, r.db, r.params(lk, 0).args(r.release.q), &n); err == nil && n == 0 {
-			err = registry.ErrLockLost
+		if r.expire != nil && !r.wasHanded(hk) {
+			// One UPDATE when nobody waits; the hand-off statement only
+			// when someone does (or the row is not ours: it says which).
+			var res sql.Result
+			if res, err = r.expire.exec(ctx, r.db, r.params(lk, 0).args(r.expire.q)); err == nil {
+				n, err = res.RowsAffected()
+			}
+		}
+		if err == nil && n == 0 {
+			if _, err = r.release.scan(ctx, r.db, r.params(lk, 0).args(r.release.q), &n); err == nil && n == 0 {
+				err = registry.ErrLockLost
+			}
 		}
 	} else {
 		var res sql.Result
@@ -368,7 +393,6 @@ func (r *LockRepository) Release(ctx context.Context, key string) error {
 	if err != nil && !errors.Is(err, registry.ErrLockLost) {
 		return r.wrap(ctx, what, err) // outcome unknown: the key stays held
 	}
-	hk := heldKey(lk)
 	r.mu.Lock()
 	if h := r.held[hk]; h != nil {
 		h.held = false
@@ -381,6 +405,15 @@ func (r *LockRepository) Release(ctx context.Context, key string) error {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
+}
+
+// wasHanded reports whether this client's current lease on the row hk was
+// handed over by a release.
+func (r *LockRepository) wasHanded(hk string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.held[hk]
+	return h != nil && h.handed
 }
 
 // isHeld reports whether the row of lockKey is held or being acquired.

@@ -60,6 +60,11 @@ type QueueSQL struct {
 	// by a notification on :channel, and returns the count of rows it
 	// released.
 	Release string
+	// Expire is Release for a key nobody waits for: it expires this
+	// client's row in place and affects it only when the queue has no
+	// live waiter that Release would serve; otherwise, and when the row
+	// is not this client's, it affects no row and Release decides.
+	Expire string
 	// Handed reads a lease handed to this client: its token and the
 	// microseconds left.
 	Handed string
