@@ -60,6 +60,10 @@ type options struct {
 	meters     metric.MeterProvider
 	noPrepare  bool
 	cleanup    cleanupSpec // see cleanup.go
+
+	layout        Layout // see layout.go
+	spring6TTL    time.Duration
+	spring6TTLSet bool
 }
 
 const (
@@ -251,6 +255,9 @@ func newConfig(db DB, opts []Option) (c *config, err error) {
 		return nil, fmt.Errorf("%w: WithQueueTTL(%v): must be positive", ErrInvalidOption, c.queueTTL)
 	}
 	if err := c.settleCleanup(); err != nil {
+		return nil, err
+	}
+	if err := c.settleLayout(); err != nil {
 		return nil, err
 	}
 	if err := c.newTelemetry(); err != nil {

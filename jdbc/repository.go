@@ -67,7 +67,9 @@ type holding struct {
 // bounds the I/O it does. It checks the options, detects the dialect from
 // db's driver unless WithDialect is given, compiles the queries (the
 // statements are prepared on first use) and checks the lock table's layout
-// with one SELECT that reads no rows. A missing table is no error here, so
+// with one SELECT that reads no rows (two for a Spring Integration 5.4-6.x
+// table, whose layout it then uses unless WithLayout says otherwise; see
+// the package doc). A missing table is no error here, so
 // that CreateSchema or a migration may create it later; Check reports it.
 // On MySQL with a custom acquire query it also borrows a connection of db to
 // read the driver's settings.
@@ -80,9 +82,9 @@ type holding struct {
 // database), one wrapping ErrUnknownDialect when the driver is not
 // recognised, one wrapping ErrClientFoundRows for a custom acquire query on
 // MySQL connections opened with clientFoundRows=true, one wrapping
-// ErrUnsupportedLayout for a lock table lockreg cannot use (such as Spring
-// Integration 5.x/6.x's, or Spring 7's without FENCE), saying how to migrate
-// it, and the database's error when the table cannot be checked, classified
+// ErrUnsupportedLayout for a lock table lockreg cannot use (of neither
+// Spring layout, without FENCE, or of another layout than WithLayout asks
+// for), saying what to do, and the database's error when the table cannot be checked, classified
 // as Errors in the package doc says (an unreachable server is transient).
 func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockRepository, error) {
 	cfg, err := newConfig(db, opts)
@@ -99,6 +101,9 @@ func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockReposit
 			return nil, fmt.Errorf("%w: WithListener: %w", ErrInvalidOption, err)
 		}
 	}
+	if err := settleTable(ctx, db, cfg, "jdbc: new lock repository", true); err != nil {
+		return nil, err
+	}
 	statements, err := compileLock(cfg)
 	if err != nil {
 		return nil, err
@@ -107,9 +112,6 @@ func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockReposit
 	if cfg.listener != nil {
 		r.listeners = newListenerHub(cfg.listener, cfg.channel, cfg.clientID, cfg.reporter("listener"))
 		r.listeners.tel = cfg.tel
-	}
-	if err := r.checkTable(ctx, "jdbc: new lock repository", true); err != nil {
-		return nil, err
 	}
 	r.cleaner = newCleanup(r)
 	return r, nil
@@ -129,7 +131,7 @@ func newRepository(db DB, cfg *config, statements *lockStatements, unprepared bo
 		held:    make(map[string]*holding),
 
 		acquireReturns: !cfg.querySet[qAcquire] && cfg.d.Lock.TokenRow,
-		releaseReturns: !cfg.querySet[qRelease] && cfg.d.Lock.Queue != nil,
+		releaseReturns: !cfg.querySet[qRelease] && cfg.d.Lock.Queue != nil && cfg.layout != LayoutSpring6,
 	}
 	if q := statements.queue; q != nil {
 		r.queue = &waitQueue{acquireOrWait: &stmt{q: q.acquireOrWait, unprepared: unprepared, tel: cfg.tel.stmt("acquire_or_wait")},
@@ -156,8 +158,8 @@ func (r *LockRepository) lockKey(key string) (string, error) {
 func heldKey(lockKey string) string { return strings.TrimRight(lockKey, " ") }
 
 func (r *LockRepository) params(lockKey string, ttl time.Duration) params {
-	return params{lockKey: lockKey, region: r.cfg.region, clientID: r.cfg.clientID, ttl: dialect.Micros(ttl),
-		wait: dialect.Micros(r.cfg.queueTTL), channel: r.cfg.channel}
+	return r.cfg.spring6(params{lockKey: lockKey, region: r.cfg.region, clientID: r.cfg.clientID, ttl: dialect.Micros(ttl),
+		wait: dialect.Micros(r.cfg.queueTTL), channel: r.cfg.channel})
 }
 
 // Acquire takes the lease on key for ttl if nobody holds it, if it has
@@ -249,6 +251,9 @@ func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl ti
 	if ttl <= 0 {
 		return registry.Lease{}, false, fmt.Errorf("%s: ttl %v: %w", what, ttl, registry.ErrInvalidTTL)
 	}
+	if err := r.cfg.checkSpring6TTL(ttl); err != nil {
+		return registry.Lease{}, false, fmt.Errorf("%s: %w: %w", what, registry.ErrInvalidTTL, err)
+	}
 	lk, hk, h, err := r.startAcquire(what, key)
 	if err != nil {
 		return registry.Lease{}, false, err
@@ -310,6 +315,9 @@ func (r *LockRepository) Renew(ctx context.Context, key string, ttl time.Duratio
 	what := opKey("renew", key)
 	if ttl <= 0 {
 		return fmt.Errorf("%s: ttl %v: %w", what, ttl, registry.ErrInvalidTTL)
+	}
+	if err := r.cfg.checkSpring6TTL(ttl); err != nil {
+		return fmt.Errorf("%s: %w: %w", what, registry.ErrInvalidTTL, err)
 	}
 	lk, err := r.lockKey(key)
 	if err != nil {
@@ -384,14 +392,14 @@ func (r *LockRepository) isHeld(lockKey string) bool {
 	return r.held[heldKey(lockKey)] != nil
 }
 
-// Check verifies that the lock table exists with Spring Integration 7's
-// columns and lockreg's FENCE, as Spring's repository does on start. It
-// returns an error wrapping ErrNoTable when the table is missing, and one
-// wrapping ErrUnsupportedLayout, which says how to migrate the table, when
-// it has another layout, such as Spring Integration 5.x/6.x's. It is one
-// SELECT that reads no rows, and a few more when that fails.
+// Check verifies that the lock table exists with the columns of the
+// repository's Layout and lockreg's FENCE, as Spring's repository does on
+// start. It returns an error wrapping ErrNoTable when the table is missing,
+// and one wrapping ErrUnsupportedLayout, which says what to do, when it
+// has another layout. It is one SELECT that reads no rows (two on a Spring
+// 5.4-6.x table), and a few more when that fails.
 func (r *LockRepository) Check(ctx context.Context) error {
-	return r.checkTable(ctx, "jdbc: check", false)
+	return r.checkTable(ctx, "jdbc: check")
 }
 
 var _ registry.Repository = (*LockRepository)(nil)
