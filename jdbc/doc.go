@@ -7,8 +7,17 @@
 // # Leases
 //
 // A row (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, plus
-// lockreg's FENCE) is a lease: the client CLIENT_ID holds the lock on LOCK_KEY in REGION until
-// EXPIRED_AFTER. Unlike Spring Integration, which compares times of the
+// lockreg's FENCE, LOCK_NAME and HOLDER) is a lease: the client CLIENT_ID holds the lock on LOCK_KEY in REGION until
+// EXPIRED_AFTER. LOCK_NAME and HOLDER make the row readable: LOCK_NAME is
+// the key as the caller wrote it (LOCK_KEY is its MD5 UUID), written by the
+// first lockreg acquisition of the row, and HOLDER describes the client
+// that last took the lease, "host=... pid=... app=..." (see
+// WithApplicationName), written by each acquisition and by a hand-over to a
+// waiter; both are cut to 255 characters. A release leaves HOLDER, so it
+// names the last holder of an expired row. Spring Integration's statements
+// write neither: a Spring row has them NULL, and a lease a Spring client
+// takes over keeps the HOLDER of lockreg's last holder, so trust HOLDER only
+// next to a CLIENT_ID that is lockreg's. Unlike Spring Integration, which compares times of the
 // application's clock, every statement reads the database's clock, so clock
 // skew between application hosts does not move expiry. Times are stored as
 // UTC wall time, as Spring writes them.
@@ -104,6 +113,8 @@
 //	:ttl        the lease length in microseconds, an integer
 //	:wait       how long a place in the queue lasts, in microseconds
 //	:channel    the table's and region's notification channel (PostgreSQL)
+//	:lock_name  the caller's key, readable, for LOCK_NAME (acquire only)
+//	:holder     the repository's holder description, for HOLDER
 //	{prefix}    the table prefix, so {prefix}LOCK names the lock table
 //	{now}       the database's current UTC wall time, as the table holds times
 //	{past}      a moment before {now}, the expiry a release writes

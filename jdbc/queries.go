@@ -10,6 +10,7 @@ import (
 // the parameter names in package dialect).
 type params struct {
 	lockKey, region, clientID, channel string
+	lockName, holder                   string // acquisitions' only
 	ttl, wait                          int64
 	retention, batch                   int64 // the clean-up's
 }
@@ -38,6 +39,10 @@ func (p params) value(name string) any {
 		return p.wait
 	case dialect.Channel:
 		return p.channel
+	case dialect.LockName:
+		return p.lockName
+	case dialect.Holder:
+		return p.holder
 	case dialect.Retention:
 		return p.retention
 	case dialect.Batch:

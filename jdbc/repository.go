@@ -83,8 +83,8 @@ type holding struct {
 // recognised, one wrapping ErrClientFoundRows for a custom acquire query on
 // MySQL connections opened with clientFoundRows=true, one wrapping
 // ErrUnsupportedLayout for a lock table lockreg cannot use (of neither
-// Spring layout, without FENCE, or of another layout than WithLayout asks
-// for), saying what to do, and the database's error when the table cannot be checked, classified
+// Spring layout, without lockreg's columns, or of another layout than
+// WithLayout asks for), saying what to do, and the database's error when the table cannot be checked, classified
 // as Errors in the package doc says (an unreachable server is transient).
 func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockRepository, error) {
 	cfg, err := newConfig(db, opts)
@@ -142,6 +142,10 @@ func newRepository(db DB, cfg *config, statements *lockStatements, unprepared bo
 
 // ClientID returns the client id that owns the rows this repository writes.
 func (r *LockRepository) ClientID() string { return r.cfg.clientID }
+
+// Holder returns the description of this client that its acquisitions
+// write to the HOLDER column (see WithApplicationName).
+func (r *LockRepository) Holder() string { return r.cfg.holder }
 
 // lockKey maps a caller's key to LOCK_KEY and checks the result.
 func (r *LockRepository) lockKey(key string) (string, error) {
@@ -259,7 +263,7 @@ func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl ti
 		return registry.Lease{}, false, err
 	}
 	r.cleaner.Start() // the table has rows to clean from now on
-	lease, acquired, err := r.doAcquire(ctx, st, lk, ttl)
+	lease, acquired, err := r.doAcquire(ctx, st, key, lk, ttl)
 	r.settle(hk, h, acquired, err == nil && !acquired)
 
 	if err != nil {
@@ -268,8 +272,10 @@ func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl ti
 	return lease, acquired, nil
 }
 
-func (r *LockRepository) doAcquire(ctx context.Context, st *stmt, lockKey string, ttl time.Duration) (registry.Lease, bool, error) {
-	args := r.params(lockKey, ttl).args(st.q)
+func (r *LockRepository) doAcquire(ctx context.Context, st *stmt, key, lockKey string, ttl time.Duration) (registry.Lease, bool, error) {
+	p := r.params(lockKey, ttl)
+	p.lockName, p.holder = dialect.Readable(key), r.cfg.holder
+	args := p.args(st.q)
 	if r.acquireReturns {
 		var lease registry.Lease
 		ok, err := st.scan(ctx, r.db, args, &lease.Token)

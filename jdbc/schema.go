@@ -12,12 +12,14 @@ import (
 
 // ErrUnsupportedLayout reports a lock table lockreg cannot use as it is:
 // one whose columns are neither Spring Integration 7's INT_LOCK nor Spring
-// Integration 5.4-6.x's (see Layout), one of either layout that lacks
-// lockreg's FENCE column (NewLockRepository and Check; CreateSchema adds
-// it), or one of the other layout than WithLayout asks for. The returned
-// error wraps it, names the table and the layout found, and says what to
-// do: add FENCE, or the statements that migrate a Spring 5.4-6.x table to
-// Spring 7's layout (for the dialect where CreateSchema does not do it).
+// Integration 5.4-6.x's (see Layout), one of either layout that lacks the
+// columns lockreg adds (NewLockRepository and Check; CreateSchema adds
+// them: FENCE, LOCK_NAME and HOLDER to a Spring 7 table, FENCE to a Spring
+// 5.4-6.x one), or one of the other layout than WithLayout asks for. The
+// returned error wraps it, names the table and the layout found, and says
+// what to do: add the columns, or the statements that migrate a Spring
+// 5.4-6.x table to Spring 7's layout (for the dialect where CreateSchema
+// does not do it).
 var ErrUnsupportedLayout = errors.New("jdbc: unsupported lock table layout")
 
 // CreateSchema creates the lock table and, on PostgreSQL, its waiter queue
@@ -29,8 +31,8 @@ var ErrUnsupportedLayout = errors.New("jdbc: unsupported lock table layout")
 // groupstore/sqlstore's, whose CreateSchema creates them. It creates what
 // is missing and leaves the rest, so it may
 // run at every start: on an empty database, on tables it made before, and
-// on a Spring Integration 7 INT_LOCK, to which it adds lockreg's FENCE
-// column.
+// on a Spring Integration 7 INT_LOCK or one of an earlier lockreg, to which
+// it adds lockreg's columns (FENCE, LOCK_NAME, HOLDER).
 //
 // On a Spring Integration 5.4-6.x INT_LOCK (LayoutSpring6, detected or set
 // with WithLayout) it only adds FENCE, with a default, which those
@@ -58,7 +60,7 @@ func CreateSchema(ctx context.Context, db DB, opts ...Option) error {
 		return err
 	}
 	r := probe(db, cfg) // for inspectTable and error classification
-	state, err := r.inspectTable(ctx)
+	state, _, err := r.inspectTable(ctx)
 	if err != nil && state != tableMissing {
 		return r.wrap(ctx, "jdbc: create schema", err)
 	}
@@ -95,58 +97,69 @@ type tableState int
 const (
 	tableUnknown tableState = iota // with an error
 	tableMissing
-	tableComplete            // Spring Integration 7's columns and FENCE
-	tableWithoutFence        // Spring Integration 7's columns only
+	tableComplete            // Spring Integration 7's columns and lockreg's
+	tableWithoutLockreg      // Spring Integration 7's columns, some of lockreg's missing
 	tableSpring6             // Spring Integration 5.4-6.x's columns and FENCE
 	tableSpring6WithoutFence // Spring Integration 5.4-6.x's columns only
 )
+
+// lockregColumns are the columns lockreg adds to Spring Integration 7's
+// INT_LOCK: the fencing token (000002) and the readable key and holder
+// (000004). A Spring 5.4-6.x table gets FENCE only.
+var lockregColumns = []string{"FENCE", "LOCK_NAME", "HOLDER"}
 
 // spring6Columns are the columns of Spring Integration 5.4-6.x's INT_LOCK;
 // 7 adds EXPIRED_AFTER, and lockreg FENCE.
 var spring6Columns = []string{"LOCK_KEY", "REGION", "CLIENT_ID", "CREATED_DATE"}
 
 // inspectTable tells the lock table's layout, or that it is missing (then
-// with the database's error saying so), and returns an error wrapping
+// with the database's error saying so), with lockreg's columns that a
+// Spring 7 table lacks, and returns an error wrapping
 // ErrUnsupportedLayout for a table of neither layout. It is one SELECT that
 // reads no rows for a Spring 7 table, two for a Spring 5.4-6.x one; only
 // when those fail does it look for the columns one by one. Other failures
 // are returned as they are.
-func (r *LockRepository) inspectTable(ctx context.Context) (tableState, error) {
+func (r *LockRepository) inspectTable(ctx context.Context) (tableState, []string, error) {
 	cfg := r.cfg
 	// Spring 7's check first: a Spring 7 table passes Spring 6's too.
 	err := dialect.SelectNothing(ctx, r.db, r.sql.check.SQL)
 	if err == nil {
-		return tableComplete, nil
+		return tableComplete, nil, nil
 	}
 	if ctx.Err() != nil {
-		return tableUnknown, err
+		return tableUnknown, nil, err
 	}
 	if cfg.d.IsNoTable(ctx, r.db, err) {
-		return tableMissing, err
+		return tableMissing, nil, err
 	}
 	if dialect.SelectNothing(ctx, r.db, r.sql.check6.SQL) == nil {
-		return tableSpring6, nil
+		if dialect.SelectNothing(ctx, r.db, `SELECT EXPIRED_AFTER FROM `+cfg.table+` WHERE 1 = 0`) != nil {
+			return tableSpring6, nil, nil
+		}
 	}
 	missing, noTable, cerr := cfg.d.MissingColumns(ctx, r.db, cfg.table,
-		append(slices.Clone(spring6Columns), "EXPIRED_AFTER", "FENCE"))
+		append(append(slices.Clone(spring6Columns), "EXPIRED_AFTER"), lockregColumns...))
 	switch {
 	case cerr != nil:
-		return tableUnknown, err
+		return tableUnknown, nil, err
 	case noTable:
-		return tableMissing, err
+		return tableMissing, nil, err
 	case len(missing) == 0: // made meanwhile, or something else failed
 		if dialect.SelectNothing(ctx, r.db, r.sql.check.SQL) == nil {
-			return tableComplete, nil
+			return tableComplete, nil, nil
 		}
-		return tableUnknown, err
-	case slices.Equal(missing, []string{"FENCE"}):
-		return tableWithoutFence, nil
-	case slices.Equal(missing, []string{"EXPIRED_AFTER"}):
-		return tableSpring6, nil // made meanwhile
-	case slices.Equal(missing, []string{"EXPIRED_AFTER", "FENCE"}):
-		return tableSpring6WithoutFence, nil
+		return tableUnknown, nil, err
+	case !slices.ContainsFunc(missing, func(c string) bool { return !slices.Contains(lockregColumns, c) }):
+		return tableWithoutLockreg, missing, nil
+	case slices.Contains(missing, "EXPIRED_AFTER") && !slices.ContainsFunc(missing, func(c string) bool {
+		return c != "EXPIRED_AFTER" && !slices.Contains(lockregColumns, c)
+	}):
+		if slices.Contains(missing, "FENCE") {
+			return tableSpring6WithoutFence, nil, nil
+		}
+		return tableSpring6, nil, nil // made meanwhile
 	default:
-		return tableUnknown, fmt.Errorf("%w: table %s lacks %s of Spring Integration 7's INT_LOCK, and is no "+
+		return tableUnknown, nil, fmt.Errorf("%w: table %s lacks %s of Spring Integration 7's INT_LOCK, and is no "+
 			"Spring Integration 5.4-6.x INT_LOCK either (see lockreg's sql/%s/000001_lock.up.sql)",
 			ErrUnsupportedLayout, cfg.table, strings.Join(missing, ", "), cfg.dialect)
 	}
@@ -157,13 +170,13 @@ func (r *LockRepository) inspectTable(ctx context.Context) (tableState, error) {
 func (r *LockRepository) layoutError(what string, state tableState) error {
 	cfg := r.cfg
 	spring6 := state == tableSpring6 || state == tableSpring6WithoutFence
-	spring7 := state == tableComplete || state == tableWithoutFence
+	spring7 := state == tableComplete || state == tableWithoutLockreg
 	switch {
 	case cfg.layout == LayoutSpring7 && spring6:
 		return fmt.Errorf("%s: %w: table %s has the layout of Spring Integration 5.4-6.x (no EXPIRED_AFTER column), "+
 			"not Spring Integration 7's, which WithLayout(LayoutSpring7) asks for; leave the layout to be detected "+
 			"(lockreg then shares the table with those applications), or stop them and migrate it with: %s; "+
-			"then call jdbc.CreateSchema or apply the scripts in lockreg's sql/%s folder, which add lockreg's FENCE column",
+			"then call jdbc.CreateSchema or apply the scripts in lockreg's sql/%s folder, which add lockreg's columns",
 			what, ErrUnsupportedLayout, cfg.table, strings.Join(cfg.d.Spring6Migration(cfg.table), "; "), cfg.dialect)
 	case cfg.layout == LayoutSpring6 && spring7:
 		return fmt.Errorf("%s: %w: table %s has Spring Integration 7's layout (EXPIRED_AFTER), not Spring "+
@@ -201,7 +214,7 @@ func (r *LockRepository) checkTable(ctx context.Context, what string) error {
 
 // checkState inspects the table and turns what it found into an error.
 func (r *LockRepository) checkState(ctx context.Context, what string, missingOK bool) (tableState, error) {
-	state, err := r.inspectTable(ctx)
+	state, missing, err := r.inspectTable(ctx)
 	switch {
 	case state == tableMissing:
 		if missingOK {
@@ -215,10 +228,10 @@ func (r *LockRepository) checkState(ctx context.Context, what string, missingOK 
 		return state, err
 	}
 	switch state {
-	case tableWithoutFence:
-		return state, fmt.Errorf("%s: %w: table %s has Spring Integration 7's layout without lockreg's FENCE column; "+
-			"add it with jdbc.CreateSchema or the scripts in lockreg's sql/%s folder",
-			what, ErrUnsupportedLayout, r.cfg.table, r.cfg.dialect)
+	case tableWithoutLockreg:
+		return state, fmt.Errorf("%s: %w: table %s has Spring Integration 7's layout without lockreg's %s; "+
+			"add them with jdbc.CreateSchema or the scripts in lockreg's sql/%s folder",
+			what, ErrUnsupportedLayout, r.cfg.table, strings.Join(missing, ", "), r.cfg.dialect)
 	case tableSpring6WithoutFence:
 		return state, fmt.Errorf("%s: %w: table %s has Spring Integration 5.4-6.x's layout without lockreg's FENCE "+
 			"column; add it with jdbc.CreateSchema (a BIGINT NOT NULL DEFAULT 0 column, which those applications "+

@@ -410,3 +410,36 @@ func TestCreateSchemaOnCompleteTablesWaitsForNoLockTraffic(t *testing.T) {
 		}
 	})
 }
+
+// A lock table of a lockreg before 000004 (Spring 7's columns and FENCE):
+// NewLockRepository names the readable columns it lacks, and CreateSchema
+// adds them, keeping the rows.
+func TestCreateSchemaAddsTheReadableColumnsToAnEarlierLockregTable(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		st := freshTarget(t, db)
+		p := st.open(t, db)
+		if _, err := p.Exec(springLockDDL(db.Dialect, st.prefix, false)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Exec(`ALTER TABLE ` + st.prefix + `LOCK ADD FENCE BIGINT NOT NULL DEFAULT 0`); err != nil {
+			t.Fatal(err)
+		}
+		_, err := jdbc.NewLockRepository(t.Context(), p, jdbc.WithPrefix(st.prefix))
+		if !errors.Is(err, jdbc.ErrUnsupportedLayout) || !strings.Contains(err.Error(), "LOCK_NAME, HOLDER") ||
+			strings.Contains(err.Error(), "FENCE") {
+			t.Fatalf("got %v, want ErrUnsupportedLayout naming LOCK_NAME and HOLDER only", err)
+		}
+		if err := jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix)); err != nil {
+			t.Fatal(err)
+		}
+		repo := newRepoOn(t, p, jdbc.WithPrefix(st.prefix))
+		mustAcquire(t, repo, "k", longTTL)
+		var name, holder string
+		if err := p.QueryRow(`SELECT LOCK_NAME, HOLDER FROM `+st.prefix+`LOCK`).Scan(&name, &holder); err != nil {
+			t.Fatal(err)
+		}
+		if name != "k" || holder != repo.Holder() {
+			t.Errorf("LOCK_NAME %q, HOLDER %q; want %q, %q", name, holder, "k", repo.Holder())
+		}
+	})
+}

@@ -7,8 +7,8 @@
 // Each folder holds numbered migrations, NNNNNN_name.up.sql with its
 // inverse NNNNNN_name.down.sql, in the layout of golang-migrate, to be
 // applied in name order. The first word of the name says whose tables a
-// script makes: the lock scripts (000001_lock, 000002_lock_fence_queue)
-// are applied by [github.com/lockreg/lockreg/jdbc.CreateSchema], the
+// script makes: the lock scripts (000001_lock, 000002_lock_fence_queue,
+// 000004_lock_holder) are applied by [github.com/lockreg/lockreg/jdbc.CreateSchema], the
 // message-group script (000003_message_group) by
 // [github.com/lockreg/lockreg/groupstore/sqlstore.CreateSchema], so the
 // scripts are the one definition of the schema; migration tools apply all
@@ -33,15 +33,18 @@
 // prepared only when the column is missing), so a script may be applied
 // again, also to tables that CreateSchema or Spring Integration 7 made.
 // SQLite has no ADD or DROP COLUMN IF [NOT] EXISTS: the ALTER TABLE
-// statements of sqlite/000002 (ADD FENCE, and DROP FENCE in its down
-// script) are the exception; CreateSchema skips the ADD when the column
-// exists, and a migration tool runs each once.
+// statements of sqlite/000002 and sqlite/000004 (ADD FENCE, LOCK_NAME and
+// HOLDER, and the DROPs in their down scripts) are the exception;
+// CreateSchema skips an ADD when the column exists, and a migration tool
+// runs each once.
 //
 // The up scripts do the work on an empty database or on an existing Spring
 // Integration 7 INT_LOCK: INT_LOCK matches Spring Integration 7's lock table
-// column for column, and 000002 adds lockreg's FENCE column, with a default
-// that keeps Spring's statements working, so lockreg and Spring applications
-// can share the table. INT_LOCK_WAIT (PostgreSQL's waiter queue), INT_GROUP
+// column for column, 000002 adds lockreg's FENCE column, with a default
+// that keeps Spring's statements working, and 000004 the nullable LOCK_NAME
+// (the key as written) and HOLDER (who took the lease), which Spring's
+// statements leave NULL, so lockreg and Spring applications can share the
+// table. INT_LOCK_WAIT (PostgreSQL's waiter queue), INT_GROUP
 // and INT_GROUP_MESSAGE are lockreg's own. Migrating down to version 1
 // leaves INT_LOCK as Spring 7 creates it; migrating down past 000001 drops it, also when Spring made
 // it. A Spring Integration 5.4-6.x INT_LOCK (no EXPIRED_AFTER) is not

@@ -305,6 +305,18 @@ func wantLockregWorks(t *testing.T, f freshDB, db *sql.DB) {
 	if _, ok, err := repo.Acquire(ctx, key, time.Minute); !ok || err != nil {
 		t.Fatalf("Acquire: %v, %v", ok, err)
 	}
+	// 000004's readable columns: the key as written and the holder.
+	var name, holder string
+	q := `SELECT LOCK_NAME, HOLDER FROM INT_LOCK WHERE LOCK_KEY = ?`
+	if f.dialect == jdbc.Postgres {
+		q = `SELECT LOCK_NAME, HOLDER FROM INT_LOCK WHERE LOCK_KEY = $1`
+	}
+	if err := db.QueryRowContext(ctx, q, jdbc.UUIDKey(key)).Scan(&name, &holder); err != nil {
+		t.Fatal(err)
+	}
+	if name != key || holder != repo.Holder() {
+		t.Fatalf("LOCK_NAME %q, HOLDER %q; want %q, %q", name, holder, key, repo.Holder())
+	}
 	if err := repo.Release(ctx, key); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,28 @@ const (
 	MaxRegionLen   = 100 // REGION VARCHAR(100)
 	MaxClientIDLen = 36  // CLIENT_ID CHAR(36)
 	MaxLockKeyLen  = 36  // LOCK_KEY CHAR(36)
+	MaxNameLen     = 255 // LOCK_NAME and HOLDER VARCHAR(255), in characters
 )
+
+// Readable returns s as a LOCK_NAME or HOLDER value: valid UTF-8 (invalid
+// bytes become U+FFFD) without NUL bytes, cut to MaxNameLen characters.
+// It allocates only when it changes s.
+func Readable(s string) string {
+	if len(s) <= MaxNameLen && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s // the common case: nothing to change
+	}
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
+	if utf8.RuneCountInString(s) > MaxNameLen {
+		n := 0
+		for i := range s {
+			if n == MaxNameLen {
+				return s[:i]
+			}
+			n++
+		}
+	}
+	return s
+}
 
 var prefixPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 

@@ -1,7 +1,7 @@
 package dialect
 
 // The parameters of the lock statements. Custom queries may use the first
-// six.
+// eight.
 const (
 	LockKey  = "lock_key"  // the mapped key (LOCK_KEY)
 	Region   = "region"    // the repository's region
@@ -9,13 +9,15 @@ const (
 	TTL      = "ttl"       // the lease length in microseconds
 	Wait     = "wait"      // how long a place in the queue lasts, in microseconds
 	Channel  = "channel"   // the PostgreSQL notification channel of the table and region
+	LockName = "lock_name" // the caller's key, as readable text (LOCK_NAME); "" in Renew and Release
+	Holder   = "holder"    // the repository's holder description (HOLDER)
 
 	Retention = "retention" // the clean-up's: how long a dead row is kept, in microseconds
 	Batch     = "batch"     // the clean-up's: the most rows a statement deletes
 )
 
 // CustomParams are the parameters a custom lock query may use.
-var CustomParams = []string{LockKey, Region, ClientID, TTL, Wait, Channel}
+var CustomParams = []string{LockKey, Region, ClientID, TTL, Wait, Channel, LockName, Holder}
 
 // LockSQL are a dialect's statements of the lock table.
 //
@@ -78,8 +80,8 @@ const (
 		`WHERE REGION = :region AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= {now}`
 	SelectMine = `SELECT LOCK_KEY FROM {prefix}LOCK WHERE REGION = :region AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= {now}`
 	// CheckLock reads no rows but fails unless the table, all of Spring 7's
-	// columns and FENCE exist.
-	CheckLock = `SELECT LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE FROM {prefix}LOCK WHERE 1 = 0`
+	// columns and lockreg's (FENCE, LOCK_NAME, HOLDER) exist.
+	CheckLock = `SELECT LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE, LOCK_NAME, HOLDER FROM {prefix}LOCK WHERE 1 = 0`
 )
 
 // DeadLock is the clean-up's condition for a row of the lock table that

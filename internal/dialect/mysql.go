@@ -35,11 +35,12 @@ var MySQL = register(&Dialect{
 		// returns with the result: the token when the lock was taken, and
 		// 0 when it was not, which the otherwise idle IF sets, as the
 		// VALUES row has set it to the clock already.
-		Acquire: `INSERT INTO {prefix}LOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE) ` +
-			`VALUES (:lock_key, :region, :client_id, {now}, {now+:ttl}, LAST_INSERT_ID({clock})) ` +
+		Acquire: `INSERT INTO {prefix}LOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE, LOCK_NAME, HOLDER) ` +
+			`VALUES (:lock_key, :region, :client_id, {now}, {now+:ttl}, LAST_INSERT_ID({clock}), :lock_name, :holder) ` +
 			`ON DUPLICATE KEY UPDATE ` +
 			`CLIENT_ID = IF(CLIENT_ID = VALUES(CLIENT_ID) OR EXPIRED_AFTER < VALUES(CREATED_DATE), VALUES(CLIENT_ID), CLIENT_ID), ` +
 			`EXPIRED_AFTER = IF(CLIENT_ID = VALUES(CLIENT_ID), VALUES(EXPIRED_AFTER), EXPIRED_AFTER), ` +
+			`HOLDER = IF(CLIENT_ID = VALUES(CLIENT_ID), VALUES(HOLDER), HOLDER), LOCK_NAME = COALESCE(LOCK_NAME, VALUES(LOCK_NAME)), ` +
 			`FENCE = IF(CLIENT_ID = VALUES(CLIENT_ID), LAST_INSERT_ID(GREATEST(FENCE + 1, VALUES(FENCE))), ` +
 			`IF(LAST_INSERT_ID(0) = 0, FENCE, FENCE))`,
 		Renew: `UPDATE {prefix}LOCK SET EXPIRED_AFTER = {now+:ttl} ` +

@@ -47,8 +47,8 @@ var Postgres = register(&Dialect{
 			AcquireOrWait: `WITH a AS (` + pgAcquire + `), ` +
 				`d AS (DELETE FROM {prefix}LOCK_WAIT WHERE LOCK_KEY = :lock_key AND REGION = :region AND CLIENT_ID = :client_id ` +
 				`AND EXISTS (SELECT 1 FROM a)), ` +
-				`w AS (INSERT INTO {prefix}LOCK_WAIT (LOCK_KEY, REGION, CLIENT_ID, WAITING_SINCE, WAITING_UNTIL, LEASE_MICROS) ` +
-				`SELECT :lock_key, :region, :client_id, {now}, {now+:wait}, :ttl ` +
+				`w AS (INSERT INTO {prefix}LOCK_WAIT (LOCK_KEY, REGION, CLIENT_ID, WAITING_SINCE, WAITING_UNTIL, LEASE_MICROS, HOLDER) ` +
+				`SELECT :lock_key, :region, :client_id, {now}, {now+:wait}, :ttl, :holder ` +
 				`WHERE NOT EXISTS (SELECT 1 FROM a) ` +
 				`ON CONFLICT (LOCK_KEY, REGION, CLIENT_ID) DO UPDATE SET WAITING_UNTIL = EXCLUDED.WAITING_UNTIL, ` +
 				`LEASE_MICROS = EXCLUDED.LEASE_MICROS, ` +
@@ -57,15 +57,16 @@ var Postgres = register(&Dialect{
 				`SELECT FENCE FROM a`,
 			// The first live waiter (nx), if any, gets the lease for the
 			// length it asked for, with a new token, leaves the queue and
-			// hears of it by NOTIFY ("LOCK_KEY CLIENT_ID"); otherwise the
-			// row expires in place.
-			Release: `WITH nx AS (SELECT w.CLIENT_ID, w.LEASE_MICROS FROM {prefix}LOCK_WAIT w ` +
+			// hears of it by NOTIFY ("LOCK_KEY CLIENT_ID"), and its HOLDER
+			// becomes the row's; otherwise the row expires in place.
+			Release: `WITH nx AS (SELECT w.CLIENT_ID, w.LEASE_MICROS, w.HOLDER FROM {prefix}LOCK_WAIT w ` +
 				`WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region AND w.CLIENT_ID <> :client_id ` +
 				`AND w.WAITING_UNTIL >= {now} AND w.LEASE_MICROS > 0 ORDER BY w.WAITING_SINCE, w.CLIENT_ID LIMIT 1), ` +
 				`r AS (UPDATE {prefix}LOCK l SET CLIENT_ID = COALESCE((SELECT CLIENT_ID FROM nx), l.CLIENT_ID), ` +
 				`EXPIRED_AFTER = COALESCE({now} + (SELECT LEASE_MICROS FROM nx) * INTERVAL '1 microsecond', {past}), ` +
 				`FENCE = CASE WHEN EXISTS (SELECT 1 FROM nx) ` +
-				`THEN GREATEST(l.FENCE + 1, {clock}) ELSE l.FENCE END ` +
+				`THEN GREATEST(l.FENCE + 1, {clock}) ELSE l.FENCE END, ` +
+				`HOLDER = CASE WHEN EXISTS (SELECT 1 FROM nx) THEN (SELECT HOLDER FROM nx) ELSE l.HOLDER END ` +
 				`WHERE l.REGION = :region AND l.LOCK_KEY = :lock_key AND l.CLIENT_ID = :client_id RETURNING l.LOCK_KEY), ` +
 				`d AS (DELETE FROM {prefix}LOCK_WAIT w USING nx, r WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region ` +
 				`AND w.CLIENT_ID = nx.CLIENT_ID) ` +
@@ -129,10 +130,11 @@ var Postgres = register(&Dialect{
 // before this one (or before now, if this one is not waiting): while there
 // is one, the lease is not this client's to take.
 const (
-	pgAcquire = `INSERT INTO {prefix}LOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE) ` +
-		`VALUES (:lock_key, :region, :client_id, {now}, {now+:ttl}, {clock}) ` +
+	pgAcquire = `INSERT INTO {prefix}LOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE, LOCK_NAME, HOLDER) ` +
+		`VALUES (:lock_key, :region, :client_id, {now}, {now+:ttl}, {clock}, :lock_name, :holder) ` +
 		`ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET CLIENT_ID = EXCLUDED.CLIENT_ID, EXPIRED_AFTER = EXCLUDED.EXPIRED_AFTER, ` +
-		`FENCE = GREATEST({prefix}LOCK.FENCE + 1, EXCLUDED.FENCE) ` +
+		`FENCE = GREATEST({prefix}LOCK.FENCE + 1, EXCLUDED.FENCE), HOLDER = EXCLUDED.HOLDER, ` +
+		`LOCK_NAME = COALESCE({prefix}LOCK.LOCK_NAME, EXCLUDED.LOCK_NAME) ` +
 		`WHERE ({prefix}LOCK.CLIENT_ID = EXCLUDED.CLIENT_ID AND {prefix}LOCK.EXPIRED_AFTER >= EXCLUDED.CREATED_DATE) ` +
 		`OR ({prefix}LOCK.EXPIRED_AFTER < EXCLUDED.CREATED_DATE AND NOT EXISTS (` + pgAhead + `)) ` +
 		`RETURNING FENCE`

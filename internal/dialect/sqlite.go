@@ -35,10 +35,11 @@ var SQLite = register(&Dialect{
 	minus: [2]string{sqliteNow + `, printf('%.6f seconds', -`, ` / 1000000.0))`},
 
 	Lock: LockSQL{
-		Acquire: `INSERT INTO {prefix}LOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE) ` +
-			`VALUES (:lock_key, :region, :client_id, {now}, {now+:ttl}, {clock}) ` +
+		Acquire: `INSERT INTO {prefix}LOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE, LOCK_NAME, HOLDER) ` +
+			`VALUES (:lock_key, :region, :client_id, {now}, {now+:ttl}, {clock}, :lock_name, :holder) ` +
 			`ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET CLIENT_ID = excluded.CLIENT_ID, EXPIRED_AFTER = excluded.EXPIRED_AFTER, ` +
-			`FENCE = max({prefix}LOCK.FENCE + 1, excluded.FENCE) ` +
+			`FENCE = max({prefix}LOCK.FENCE + 1, excluded.FENCE), HOLDER = excluded.HOLDER, ` +
+			`LOCK_NAME = coalesce({prefix}LOCK.LOCK_NAME, excluded.LOCK_NAME) ` +
 			`WHERE {prefix}LOCK.CLIENT_ID = excluded.CLIENT_ID OR {prefix}LOCK.EXPIRED_AFTER < excluded.CREATED_DATE ` +
 			`RETURNING FENCE`,
 		TokenRow: true,

@@ -20,6 +20,8 @@ type Lease struct {
 	Expires   int64         // EXPIRED_AFTER in microseconds since 1970, as Clock reads the clock
 	Remaining time.Duration // EXPIRED_AFTER minus the database's clock; negative once expired
 	Fence     int64         // FENCE, the last token handed out
+	LockName  string        // LOCK_NAME, the key as written; "" when NULL
+	Holder    string        // HOLDER, the last lockreg holder's description; "" when NULL
 }
 
 // Lease reads the row of lockKey, a LOCK_KEY as stored (jdbc.UUIDKey of a
@@ -29,12 +31,12 @@ func (b Backend) Lease(t testing.TB, table, region, lockKey string) (Lease, bool
 	t.Helper()
 	var (
 		l                       Lease
-		client                  sql.NullString
+		client, name, holder    sql.NullString
 		created, expires, clock int64
 	)
 	err := b.DB.QueryRowContext(context.Background(),
-		b.Q(`SELECT CLIENT_ID, `+b.Micros(`CREATED_DATE`)+`, `+b.Micros(`EXPIRED_AFTER`)+`, `+b.clock()+`, FENCE FROM `+table+
-			` WHERE REGION = ? AND LOCK_KEY = ?`), region, lockKey).Scan(&client, &created, &expires, &clock, &l.Fence)
+		b.Q(`SELECT CLIENT_ID, `+b.Micros(`CREATED_DATE`)+`, `+b.Micros(`EXPIRED_AFTER`)+`, `+b.clock()+`, FENCE, LOCK_NAME, HOLDER FROM `+table+
+			` WHERE REGION = ? AND LOCK_KEY = ?`), region, lockKey).Scan(&client, &created, &expires, &clock, &l.Fence, &name, &holder)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Lease{}, false
 	}
@@ -42,6 +44,7 @@ func (b Backend) Lease(t testing.TB, table, region, lockKey string) (Lease, bool
 		t.Fatalf("reading the lease of %.40q: %v", lockKey, err)
 	}
 	l.ClientID = strings.TrimRight(client.String, " ")
+	l.LockName, l.Holder = name.String, holder.String
 	l.Created = time.UnixMicro(created).UTC()
 	l.Expires = expires
 	l.Remaining = time.Duration(expires-clock) * time.Microsecond

@@ -1,0 +1,4 @@
+-- +goose Down
+-- Removes what 000004 added (SQLite 3.35 or later).
+ALTER TABLE INT_LOCK DROP COLUMN HOLDER;
+ALTER TABLE INT_LOCK DROP COLUMN LOCK_NAME;
