@@ -195,7 +195,9 @@
 //     database's shifts expiry between the two sides by the skew; lockreg's
 //     own decisions use the database's clock only.
 //   - CreateSchema adds lockreg's FENCE (BIGINT NOT NULL DEFAULT 0), which
-//     Spring's statements leave to its default, and nothing else. Fencing
+//     Spring's statements leave to its default, and nothing else: the
+//     readable LOCK_NAME and HOLDER of Spring 7 tables are neither added
+//     nor written on such a table. Fencing
 //     tokens are issued to lockreg's holders and increase across them,
 //     releases included (a release expires the row in place, setting
 //     CREATED_DATE a TTL and a millisecond back; Spring's unlock deletes its
