@@ -126,6 +126,9 @@ func (r *LockRepository) DeleteExpired(ctx context.Context) (int64, error) {
 func (r *LockRepository) deleteDead(ctx context.Context, retention time.Duration, between cleanup.Between) (int64, error) {
 	p := r.params("", 0)
 	p.retention, p.batch = dialect.Micros(retention), cleanup.Batch
+	if r.cfg.layout == LayoutSpring6 { // dead the table TTL after CREATED_DATE
+		p.retention += dialect.Micros(r.cfg.spring6TTL)
+	}
 	n, err := cleanup.Drain(ctx, func(ctx context.Context) (int64, bool, error) { return r.sweepBatch(ctx, p) }, between)
 	if err != nil || r.queue == nil {
 		return n, err

@@ -145,9 +145,9 @@
 // which is errors.New("invalid connection") and is recognised by that
 // exact text: package jdbc imports no driver. An operation whose context is
 // done returns an error wrapping ctx.Err(). A missing table is reported as
-// ErrNoTable, a table lockreg cannot use (such as Spring Integration
-// 5.x/6.x's, without EXPIRED_AFTER) as ErrUnsupportedLayout, by
-// NewLockRepository already.
+// ErrNoTable, a table lockreg cannot use (of neither Spring layout, without
+// lockreg's FENCE, or of the other layout than WithLayout asks for) as
+// ErrUnsupportedLayout, by NewLockRepository already.
 //
 // A custom acquire query issues token 0 and leaves the queue out; a custom
 // release query sends no notification.
@@ -166,6 +166,54 @@
 // with a pause between batches. The goroutine starts with the first
 // acquisition and stops with Close (a registry's Close closes its
 // repository). WithoutCleanup turns it off; DeleteExpired cleans on demand.
+//
+// # Spring Integration 5.4-6.x tables
+//
+// Spring Integration before 7 (Spring Boot 2.4 to 3.x) keeps no
+// EXPIRED_AFTER: its INT_LOCK row expires the registry's TTL after its
+// CREATED_DATE, which its acquire (UPDATE ... SET CLIENT_ID=?,
+// CREATED_DATE=? WHERE ... AND (CLIENT_ID=? OR CREATED_DATE<now-ttl), then
+// INSERT) and renew set to now. NewLockRepository detects such a table from
+// its columns (or is told with WithLayout(LayoutSpring6), which also makes
+// CreateSchema create one) and speaks its protocol, beside those
+// applications, with these rules:
+//
+//   - The table TTL (WithSpring6TTL, by default Spring's 10 s) must equal
+//     the Spring registries' (JdbcLockRegistry / DefaultLockRepository
+//     setTimeToLive): Spring judges every row by its own TTL, so a lease is
+//     the table TTL from the acquisition or renewal, for every client.
+//     Acquire and Renew refuse a longer ttl (registry.ErrInvalidTTL): the
+//     registry's TTL must not exceed it (a shorter one only makes this
+//     client give up its leases early). Per-lock TTLs longer than the table
+//     TTL cannot work.
+//   - Expiry is measured from the acquisition or last renewal, as Spring
+//     measures it: CREATED_DATE + TTL. lockreg writes CREATED_DATE with the
+//     database's UTC clock, Spring with its application clock in UTC wall
+//     time (6.x: LocalDateTime.now(ZoneOffset.UTC)); 5.x binds new Date(),
+//     the JVM zone's wall time, so 5.x JVMs must run in UTC
+//     (-Duser.timezone=UTC). Skew between the Spring hosts' clocks and the
+//     database's shifts expiry between the two sides by the skew; lockreg's
+//     own decisions use the database's clock only.
+//   - CreateSchema adds lockreg's FENCE (BIGINT NOT NULL DEFAULT 0), which
+//     Spring's statements leave to its default, and nothing else: the
+//     readable LOCK_NAME and HOLDER of Spring 7 tables are neither added
+//     nor written on such a table. Fencing
+//     tokens are issued to lockreg's holders and increase across them,
+//     releases included (a release expires the row in place, setting
+//     CREATED_DATE a TTL and a millisecond back; Spring's unlock deletes its
+//     rows, after which tokens restart from the clock, as after the
+//     clean-up). Spring holders get no token and check none.
+//   - Hand-off through the waiter queue and notifications (WithListener) is
+//     not available: the table has no queue, and Spring neither queues nor
+//     announces. Waiters poll, as Spring's do. The background clean-up is
+//     off (its lease would outlast the table TTL); DeleteExpired works.
+//   - Renew never revives an expired lease, and ReleaseAfter (tasklock's
+//     lockAtLeastFor) works, on the database's clock.
+//   - Spring 6.x before 6.0.8 and 6.1.4 acquires in SERIALIZABLE
+//     transactions, later ones in READ COMMITTED; lockreg's single upsert
+//     excludes both (it and Spring's UPDATE wait on the row lock and the
+//     primary key decides racing INSERTs; a serialization failure on the
+//     Spring side is a retry there).
 //
 // # Message groups
 //

@@ -14,6 +14,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/lockreg/lockreg/jdbc"
+	"github.com/lockreg/lockreg/registry"
 )
 
 func Example() {
@@ -140,4 +141,42 @@ func ExampleAdmin() {
 	// Output:
 	// orders/42 true true
 	// released: true <nil>
+}
+
+// A table shared with Spring Integration 5.4-6.x applications (Spring Boot
+// 2.4 to 3.x), whose INT_LOCK has no EXPIRED_AFTER: the layout is detected,
+// and the TTL is the Spring registries'.
+func ExampleWithLayout() {
+	dir, err := os.MkdirTemp("", "lockreg-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "locks.db")+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+
+	// Here lockreg creates the table in Spring 6's layout; on a table
+	// Spring created, CreateSchema only adds lockreg's FENCE column.
+	if err := jdbc.CreateSchema(ctx, db, jdbc.WithLayout(jdbc.LayoutSpring6)); err != nil {
+		log.Fatal(err)
+	}
+	repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithSpring6TTL(30*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer repo.Close(ctx)
+	fmt.Println("layout:", repo.Layout())
+
+	_, ok, err := repo.Acquire(ctx, "order-42", 30*time.Second)
+	fmt.Println("acquired:", ok, err)
+	_, _, err = repo.Acquire(ctx, "order-43", time.Minute)
+	fmt.Println("longer than the table TTL:", errors.Is(err, registry.ErrInvalidTTL))
+	// Output:
+	// layout: spring6
+	// acquired: true <nil>
+	// longer than the table TTL: true
 }

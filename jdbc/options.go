@@ -65,6 +65,10 @@ type options struct {
 	appName    string
 	appSet     bool
 	cleanup    cleanupSpec // see cleanup.go
+
+	layout        Layout // see layout.go
+	spring6TTL    time.Duration
+	spring6TTLSet bool
 }
 
 const (
@@ -275,6 +279,9 @@ func newConfig(db DB, opts []Option) (c *config, err error) {
 		return nil, fmt.Errorf("%w: WithQueueTTL(%v): must be positive", ErrInvalidOption, c.queueTTL)
 	}
 	if err := c.settleCleanup(); err != nil {
+		return nil, err
+	}
+	if err := c.settleLayout(); err != nil {
 		return nil, err
 	}
 	if err := c.newTelemetry(); err != nil {

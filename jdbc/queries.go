@@ -59,6 +59,7 @@ type lockStatements struct {
 	expireMine, selectMine  dialect.Query
 	expireOne, check        dialect.Query // expireOne is the default release, whatever WithReleaseQuery says
 	expire                  dialect.Query // PostgreSQL's release when nobody waits; SQL "" elsewhere and with a custom release
+	check6                  dialect.Query // the check of a Spring 5.4-6.x table (probe only)
 	queue                   *queueStatements
 }
 
@@ -70,6 +71,9 @@ type queueStatements struct {
 // compileLock compiles the statements of cfg's lock table, custom queries
 // included; it fails only on a custom query.
 func compileLock(cfg *config) (*lockStatements, error) {
+	if cfg.layout == LayoutSpring6 {
+		return compileSpring6(cfg)
+	}
 	d, prefix := cfg.d, cfg.prefix
 	all := append(append([]string(nil), dialect.CustomParams...), dialect.Retention, dialect.Batch)
 	c := func(template string) dialect.Query { return d.MustCompile(template, prefix, all...) }
@@ -92,15 +96,20 @@ func compileLock(cfg *config) (*lockStatements, error) {
 			s.queue = &queueStatements{acquireOrWait: c(q.AcquireOrWait), handed: c(q.Handed), leave: c(q.Leave), sweep: c(q.Sweep)}
 		}
 	}
+	return s, compileCustom(cfg, s)
+}
+
+// compileCustom compiles cfg's custom queries into s.
+func compileCustom(cfg *config, s *lockStatements) error {
 	for i, dst := range []*dialect.Query{&s.acquire, &s.renew, &s.release} {
 		if !cfg.querySet[i] {
 			continue
 		}
-		q, err := d.Compile(cfg.queries[i], prefix, dialect.CustomParams...)
+		q, err := cfg.d.Compile(cfg.queries[i], cfg.prefix, dialect.CustomParams...)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrInvalidOption, queryOptionNames[i], err)
+			return fmt.Errorf("%w: %s: %w", ErrInvalidOption, queryOptionNames[i], err)
 		}
 		*dst = q
 	}
-	return s, nil
+	return nil
 }

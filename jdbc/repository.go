@@ -72,7 +72,9 @@ type holding struct {
 // bounds the I/O it does. It checks the options, detects the dialect from
 // db's driver unless WithDialect is given, compiles the queries (the
 // statements are prepared on first use) and checks the lock table's layout
-// with one SELECT that reads no rows. A missing table is no error here, so
+// with one SELECT that reads no rows (two for a Spring Integration 5.4-6.x
+// table, whose layout it then uses unless WithLayout says otherwise; see
+// the package doc). A missing table is no error here, so
 // that CreateSchema or a migration may create it later; Check reports it.
 // On MySQL with a custom acquire query it also borrows a connection of db to
 // read the driver's settings.
@@ -85,9 +87,9 @@ type holding struct {
 // database), one wrapping ErrUnknownDialect when the driver is not
 // recognised, one wrapping ErrClientFoundRows for a custom acquire query on
 // MySQL connections opened with clientFoundRows=true, one wrapping
-// ErrUnsupportedLayout for a lock table lockreg cannot use (such as Spring
-// Integration 5.x/6.x's, or Spring 7's without lockreg's columns), saying how to migrate
-// it, and the database's error when the table cannot be checked, classified
+// ErrUnsupportedLayout for a lock table lockreg cannot use (of neither
+// Spring layout, without lockreg's columns, or of another layout than
+// WithLayout asks for), saying what to do, and the database's error when the table cannot be checked, classified
 // as Errors in the package doc says (an unreachable server is transient).
 func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockRepository, error) {
 	cfg, err := newConfig(db, opts)
@@ -104,6 +106,9 @@ func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockReposit
 			return nil, fmt.Errorf("%w: WithListener: %w", ErrInvalidOption, err)
 		}
 	}
+	if err := settleTable(ctx, db, cfg, "jdbc: new lock repository", true); err != nil {
+		return nil, err
+	}
 	statements, err := compileLock(cfg)
 	if err != nil {
 		return nil, err
@@ -112,9 +117,6 @@ func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockReposit
 	if cfg.listener != nil {
 		r.listeners = newListenerHub(cfg.listener, cfg.channel, cfg.clientID, cfg.reporter("listener"))
 		r.listeners.tel = cfg.tel
-	}
-	if err := r.checkTable(ctx, "jdbc: new lock repository", true); err != nil {
-		return nil, err
 	}
 	r.cleaner = newCleanup(r)
 	return r, nil
@@ -134,7 +136,7 @@ func newRepository(db DB, cfg *config, statements *lockStatements, unprepared bo
 		held:    make(map[string]*holding),
 
 		acquireReturns: !cfg.querySet[qAcquire] && cfg.d.Lock.TokenRow,
-		releaseReturns: !cfg.querySet[qRelease] && cfg.d.Lock.Queue != nil,
+		releaseReturns: !cfg.querySet[qRelease] && cfg.d.Lock.Queue != nil && cfg.layout != LayoutSpring6,
 	}
 	if r.releaseReturns && statements.expire.SQL != "" {
 		r.expire = &stmt{q: statements.expire, unprepared: unprepared, tel: cfg.tel.stmt("release")}
@@ -168,8 +170,8 @@ func (r *LockRepository) lockKey(key string) (string, error) {
 func heldKey(lockKey string) string { return strings.TrimRight(lockKey, " ") }
 
 func (r *LockRepository) params(lockKey string, ttl time.Duration) params {
-	return params{lockKey: lockKey, region: r.cfg.region, clientID: r.cfg.clientID, ttl: dialect.Micros(ttl),
-		wait: dialect.Micros(r.cfg.queueTTL), channel: r.cfg.channel}
+	return r.cfg.spring6(params{lockKey: lockKey, region: r.cfg.region, clientID: r.cfg.clientID, ttl: dialect.Micros(ttl),
+		wait: dialect.Micros(r.cfg.queueTTL), channel: r.cfg.channel})
 }
 
 // Acquire takes the lease on key for ttl if nobody holds it, if it has
@@ -267,6 +269,9 @@ func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl ti
 	if ttl <= 0 {
 		return registry.Lease{}, false, fmt.Errorf("%s: ttl %v: %w", what, ttl, registry.ErrInvalidTTL)
 	}
+	if err := r.cfg.checkSpring6TTL(ttl); err != nil {
+		return registry.Lease{}, false, fmt.Errorf("%s: %w: %w", what, registry.ErrInvalidTTL, err)
+	}
 	lk, hk, h, err := r.startAcquire(what, key)
 	if err != nil {
 		return registry.Lease{}, false, err
@@ -330,6 +335,9 @@ func (r *LockRepository) Renew(ctx context.Context, key string, ttl time.Duratio
 	what := opKey("renew", key)
 	if ttl <= 0 {
 		return fmt.Errorf("%s: ttl %v: %w", what, ttl, registry.ErrInvalidTTL)
+	}
+	if err := r.cfg.checkSpring6TTL(ttl); err != nil {
+		return fmt.Errorf("%s: %w: %w", what, registry.ErrInvalidTTL, err)
 	}
 	lk, err := r.lockKey(key)
 	if err != nil {
@@ -423,21 +431,22 @@ func (r *LockRepository) isHeld(lockKey string) bool {
 	return r.held[heldKey(lockKey)] != nil
 }
 
-// Check verifies that the lock table exists with Spring Integration 7's
-// columns and lockreg's (FENCE, LOCK_NAME, HOLDER), as Spring's repository
-// does on start, and, with WithListener, that the listener is connected
-// once started: it is the registry.Checker that [registry.Registry.Check]
-// calls for readiness probes. It returns an error wrapping ErrNoTable when
-// the table is missing, one wrapping ErrUnsupportedLayout, which says how to
-// migrate the table, when it has another layout, such as Spring Integration
-// 5.x/6.x's, the database's error (transient for an unreachable server) when
-// the table cannot be read, and one wrapping registry.ErrListenerDown, with
-// the listener's last error, while the listener reconnects (locks still
-// work then: waiters poll). A listener not started yet (no registry has
-// waited) is no error. It is one SELECT that reads no rows, and a few more
-// when that fails.
+// Check verifies that the lock table exists with the columns of the
+// repository's Layout and lockreg's (FENCE, and LOCK_NAME and HOLDER on a
+// Spring Integration 7 table), as Spring's repository does on start, and,
+// with WithListener, that the listener is connected once started: it is the
+// registry.Checker that [registry.Registry.Check] calls for readiness
+// probes. It returns an error wrapping ErrNoTable when the table is missing,
+// one wrapping ErrUnsupportedLayout, which says what to do, when it has
+// another layout, the database's error (transient for an unreachable
+// server) when the table cannot be read, and one wrapping
+// registry.ErrListenerDown, with the listener's last error, while the
+// listener reconnects (locks still work then: waiters poll). A listener not
+// started yet (no registry has waited) is no error. It is one SELECT that
+// reads no rows (two on a Spring 5.4-6.x table), and a few more when that
+// fails.
 func (r *LockRepository) Check(ctx context.Context) error {
-	if err := r.checkTable(ctx, "jdbc: check", false); err != nil {
+	if err := r.checkTable(ctx, "jdbc: check"); err != nil {
 		return err
 	}
 	if r.listeners != nil {

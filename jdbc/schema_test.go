@@ -151,7 +151,7 @@ func wantSpring6Error(t *testing.T, err error, table string) []string {
 		t.Fatalf("got %v, want an error wrapping jdbc.ErrUnsupportedLayout", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{table, "Spring Integration 5.x/6.x", "no EXPIRED_AFTER", "Spring Integration 7"} {
+	for _, want := range []string{table, "Spring Integration 5.4-6.x", "no EXPIRED_AFTER", "Spring Integration 7"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message lacks %q: %s", want, msg)
 		}
@@ -164,13 +164,13 @@ func wantSpring6Error(t *testing.T, err error, table string) []string {
 	return strings.Split(migration, "; ")
 }
 
-// An INT_LOCK of Spring Integration 5.x/6.x lacks EXPIRED_AFTER, which every
-// statement of lockreg uses: CreateSchema refuses it, saying so and how to
+// WithLayout(LayoutSpring7) on an INT_LOCK of Spring Integration 5.4-6.x,
+// which lacks EXPIRED_AFTER: CreateSchema refuses it, saying so and how to
 // migrate it, and leaves it as it is.
-func TestCreateSchemaRefusesASpring6LockTable(t *testing.T) {
+func TestCreateSchemaWithLayoutSpring7RefusesASpring6LockTable(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		st, p, _ := spring6Table(t, db)
-		err := jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix))
+		err := jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix), jdbc.WithLayout(jdbc.LayoutSpring7))
 		if stmts := wantSpring6Error(t, err, st.prefix+"LOCK"); len(stmts) == 0 {
 			t.Error("no migration statement")
 		}
@@ -180,12 +180,16 @@ func TestCreateSchemaRefusesASpring6LockTable(t *testing.T) {
 	})
 }
 
-// NewLockRepository, which checks the table, refuses a Spring Integration
-// 5.x/6.x INT_LOCK in the same words, instead of every acquire failing.
-func TestNewLockRepositoryRefusesASpring6LockTable(t *testing.T) {
+// NewLockRepository with WithLayout(LayoutSpring7), which checks the
+// table, refuses a Spring Integration 5.4-6.x INT_LOCK in the same words,
+// instead of every acquire failing.
+func TestNewLockRepositoryWithLayoutSpring7RefusesASpring6LockTable(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		st, p, _ := spring6Table(t, db)
-		repo, err := jdbc.NewLockRepository(t.Context(), p, jdbc.WithPrefix(st.prefix))
+		if err := jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix)); err != nil {
+			t.Fatal(err)
+		}
+		repo, err := jdbc.NewLockRepository(t.Context(), p, jdbc.WithPrefix(st.prefix), jdbc.WithLayout(jdbc.LayoutSpring7))
 		if repo != nil {
 			repo.Close(t.Context())
 		}
@@ -198,22 +202,107 @@ func TestNewLockRepositoryRefusesASpring6LockTable(t *testing.T) {
 func TestTheMigrationThatTheSpring6ErrorGivesWorks(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		st, p, region := spring6Table(t, db)
-		stmts := wantSpring6Error(t, jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix)), st.prefix+"LOCK")
+		spring7 := jdbc.WithLayout(jdbc.LayoutSpring7)
+		stmts := wantSpring6Error(t, jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix), spring7), st.prefix+"LOCK")
 		for _, s := range stmts {
 			if _, err := p.Exec(s); err != nil {
 				t.Fatalf("%s: %v", s, err)
 			}
 		}
-		if err := jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix)); err != nil {
+		if err := jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix), spring7); err != nil {
 			t.Fatalf("CreateSchema after the migration: %v", err)
 		}
-		repo := newRepoOn(t, p, jdbc.WithPrefix(st.prefix), jdbc.WithRegion(region))
+		repo := newRepoOn(t, p, jdbc.WithPrefix(st.prefix), jdbc.WithRegion(region), spring7)
 		if err := repo.Check(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		mustAcquire(t, repo, "k", longTTL) // the Spring 6 row is expired
 		other := newRepoOn(t, p, jdbc.WithPrefix(st.prefix), jdbc.WithRegion(region))
 		mustNotAcquire(t, other, "k", longTTL)
+	})
+}
+
+// On a Spring Integration 5.4-6.x INT_LOCK, CreateSchema adds lockreg's
+// FENCE, with a default, and nothing else: no EXPIRED_AFTER, no waiter
+// queue; Spring's row stays.
+func TestCreateSchemaAddsOnlyFenceToASpring6LockTable(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		st, p, region := spring6Table(t, db)
+		for range 2 {
+			if err := jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var fence int64
+		if err := p.QueryRow(db.Q(`SELECT FENCE FROM `+st.prefix+`LOCK WHERE REGION = ?`), region).Scan(&fence); err != nil || fence != 0 {
+			t.Fatalf("FENCE of Spring's row = %d, %v; want the default 0", fence, err)
+		}
+		for _, q := range []string{`SELECT EXPIRED_AFTER FROM ` + st.prefix + `LOCK`, `SELECT 1 FROM ` + st.prefix + `LOCK_WAIT`} {
+			if _, err := p.Exec(q); err == nil {
+				t.Errorf("%s: succeeds; CreateSchema changed the Spring 6 layout", q)
+			}
+		}
+		if l := newRepoOn(t, p, jdbc.WithPrefix(st.prefix)).Layout(); l != jdbc.LayoutSpring6 {
+			t.Fatalf("Layout() = %q, want %q", l, jdbc.LayoutSpring6)
+		}
+	})
+}
+
+// NewLockRepository refuses a Spring Integration 5.4-6.x INT_LOCK without
+// FENCE, naming the column and CreateSchema, instead of every acquire
+// failing.
+func TestNewLockRepositoryRefusesASpring6LockTableWithoutFence(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		st, p, _ := spring6Table(t, db)
+		_, err := jdbc.NewLockRepository(t.Context(), p, jdbc.WithPrefix(st.prefix))
+		if !errors.Is(err, jdbc.ErrUnsupportedLayout) {
+			t.Fatalf("got %v, want an error wrapping jdbc.ErrUnsupportedLayout", err)
+		}
+		for _, want := range []string{st.prefix + "LOCK", "Spring Integration 5.4-6.x", "FENCE", "jdbc.CreateSchema"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("message lacks %q: %v", want, err)
+			}
+		}
+	})
+}
+
+// WithLayout(LayoutSpring6) on an empty database: CreateSchema creates
+// Spring 5.4-6.x's table with FENCE, which is then detected.
+func TestCreateSchemaWithLayoutSpring6CreatesASpring6Table(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		st := freshTarget(t, db)
+		p := st.open(t, db)
+		if err := jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix), jdbc.WithLayout(jdbc.LayoutSpring6)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Exec(`SELECT LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, FENCE FROM ` + st.prefix + `LOCK`); err != nil {
+			t.Fatal(err)
+		}
+		repo := newRepoOn(t, p, jdbc.WithPrefix(st.prefix))
+		if repo.Layout() != jdbc.LayoutSpring6 {
+			t.Fatalf("Layout() = %q, want %q", repo.Layout(), jdbc.LayoutSpring6)
+		}
+		mustAcquire(t, repo, "k", 5*time.Second)
+	})
+}
+
+// WithLayout(LayoutSpring6) on a Spring 7 table is refused.
+func TestWithLayoutSpring6RefusesASpring7Table(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		_, err := jdbc.NewLockRepository(t.Context(), db.DB, jdbc.WithLayout(jdbc.LayoutSpring6))
+		if !errors.Is(err, jdbc.ErrUnsupportedLayout) || !strings.Contains(err.Error(), "Spring Integration 7's layout") {
+			t.Fatalf("got %v, want an error wrapping jdbc.ErrUnsupportedLayout naming Spring 7's layout", err)
+		}
+	})
+}
+
+// A missing table is given Spring 7's layout, the default for new tables.
+func TestAMissingTableIsGivenSpring7sLayout(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		st := freshTarget(t, db)
+		if l := newRepoOn(t, st.open(t, db), jdbc.WithPrefix(st.prefix)).Layout(); l != jdbc.LayoutSpring7 {
+			t.Fatalf("Layout() = %q, want %q", l, jdbc.LayoutSpring7)
+		}
 	})
 }
 

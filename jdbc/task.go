@@ -63,6 +63,9 @@ func (r *LockRepository) ReleaseAfter(ctx context.Context, key string, atLeast t
 	}
 	q, p := r.sql.releaseAfter, r.params(lk, 0)
 	p.ttl = dialect.Micros(atLeast)
+	if r.cfg.layout == LayoutSpring6 { // the lease ends the table TTL after CREATED_DATE
+		p.ttl -= dialect.Micros(r.cfg.spring6TTL)
+	}
 	res, err := r.db.ExecContext(ctx, q.SQL, p.args(q)...)
 	return r.affected(ctx, what, res, err)
 }

@@ -47,9 +47,11 @@
 // table. INT_LOCK_WAIT (PostgreSQL's waiter queue), INT_GROUP
 // and INT_GROUP_MESSAGE are lockreg's own. Migrating down to version 1
 // leaves INT_LOCK as Spring 7 creates it; migrating down past 000001 drops it, also when Spring made
-// it. A Spring Integration 5.x/6.x INT_LOCK (no EXPIRED_AFTER) is not
-// migrated: CreateSchema and NewLockRepository refuse it with the
-// statements that do.
+// it. A Spring Integration 5.4-6.x INT_LOCK (no EXPIRED_AFTER) is not
+// migrated by these scripts: package jdbc shares it as it is with those
+// applications (jdbc.LayoutSpring6; jdbc.CreateSchema only adds FENCE), or,
+// with jdbc.WithLayout(jdbc.LayoutSpring7), refuses it with the statements
+// that migrate it.
 package sql
 
 import (

@@ -51,6 +51,14 @@
 //   - Owners are per-client UUIDs, not host names: a process cannot release
 //     another process's lock on the same host.
 //
+// # ShedLock's table
+//
+// Package [github.com/lockreg/lockreg/tasklock/shedlock] provides a
+// repository on ShedLock's own table (shedlock: name, lock_until,
+// locked_at, locked_by), with ShedLock's statements, so that a Go task and
+// a Java task using ShedLock under the same name run at most once at a time
+// across both.
+//
 // # Observability
 //
 // An executor counts its runs, lockreg.task.runs by task and outcome (ran,

@@ -66,7 +66,7 @@ type Dialect struct {
 	// connection is left in an unknown state and must not be reused.
 	turn func(ctx, end context.Context, q Querier, key string, f func() error) (bad bool, err error)
 	// spring6Migration returns the statements that give a Spring
-	// Integration 5.x/6.x lock table Spring 7's EXPIRED_AFTER column.
+	// Integration 5.4-6.x lock table Spring 7's EXPIRED_AFTER column.
 	spring6Migration func(table string) []string
 }
 
@@ -127,7 +127,7 @@ func Detect(drv driver.Driver) *Dialect {
 }
 
 // Spring6Migration returns the statements that give a Spring Integration
-// 5.x/6.x lock table Spring 7's EXPIRED_AFTER column, as Spring 7 declares
+// 5.4-6.x lock table Spring 7's EXPIRED_AFTER column, as Spring 7 declares
 // it.
 func (d *Dialect) Spring6Migration(table string) []string { return d.spring6Migration(table) }
 
