@@ -118,7 +118,10 @@ func run(ctx context.Context, out io.Writer, driver, dsn string, terms, runs int
 		if in.locks, err = registry.New(repo); err != nil {
 			return err
 		}
-		var ran int // report runs in the current term, guarded by mu
+		var (
+			ran int          // report runs in the current term, guarded by mu
+			cur *leader.Term // the term OnGranted announced, guarded by mu
+		)
 		in.c, err = leader.New(in.locks, "report-scheduler",
 			leader.WithTTL(5*time.Second),
 			leader.WithBusyWait(2*interval), // after yielding: time for another to lead
@@ -126,7 +129,7 @@ func run(ctx context.Context, out io.Writer, driver, dsn string, terms, runs int
 				mu.Lock()
 				defer mu.Unlock()
 				granted++
-				ran = 0
+				ran, cur = 0, t
 				say("%s leads (term %d, token %d)", name, granted, t.Token())
 			}),
 			leader.OnRevoked(func(t *leader.Term) {
@@ -156,7 +159,10 @@ func run(ctx context.Context, out io.Writer, driver, dsn string, terms, runs int
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if ran == runs {
+			switch {
+			case t != cur:
+				return // OnGranted, which runs beside the term, has not announced it yet
+			case ran == runs:
 				return // the last term, shutting down
 			}
 			ran++
