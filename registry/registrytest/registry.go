@@ -166,18 +166,18 @@ func testUnlockLostReports(t *testing.T, b Backend) {
 
 func testRenewKeepsOut(t *testing.T, b Backend) {
 	distributed(t, b)
-	r1, r2 := newRegistry(t, b, registry.WithTTL(ttl)), newRegistry(t, b)
+	r1, r2 := newRegistry(t, b, registry.WithTTL(renewTTL)), newRegistry(t, b)
 	l1 := r1.Obtain(key(t))
 	must(t, l1.LockContext(ctxT(t)))
-	for range 4 {
-		time.Sleep(ttl / 3)
+	for range 4 { // 4/3 of the TTL in all
+		time.Sleep(renewTTL / 3)
 		must(t, l1.Renew(ctxT(t)))
 	}
 	if r2.Obtain(key(t)).TryLock() {
 		t.Fatal("another registry took a lease that was being renewed")
 	}
 	must(t, l1.RenewTTL(ctxT(t), time.Minute))
-	time.Sleep(past)
+	time.Sleep(2 * renewTTL)
 	if r2.Obtain(key(t)).TryLock() {
 		t.Fatal("another registry took a lease renewed with a longer TTL")
 	}

@@ -111,9 +111,9 @@ func testReleaseAfterTakeover(t *testing.T, b Backend) {
 
 func testRenewKeeps(t *testing.T, b Backend) {
 	a, c := client(t, b), client(t, b)
-	acquire(t, a, key(t), ttl)
+	acquire(t, a, key(t), renewTTL)
 	must(t, a.Renew(ctxT(t), key(t), time.Minute))
-	time.Sleep(past)
+	time.Sleep(2 * renewTTL)
 	if acquire(t, c, key(t), time.Minute) {
 		t.Fatal("a renewed lease was taken over after its first TTL")
 	}
