@@ -86,6 +86,11 @@ func (a *Aggregator) AddHandler(r *message.Router, handlerName, subscribeTopic s
 // It costs one lock acquisition and release, one store Add, and on release
 // one Get, one Publish and one Update (or Remove). ReleaseWhen reads the
 // group (one Get) for every message, and its release reads it no more.
+// Where the store locks groups itself (Config.Locks nil and a
+// groupstore.Locker Store, such as sqlstore's), there is no lease: a
+// message that does not release its group costs its Add alone (one
+// statement on PostgreSQL), and a release runs in one transaction of the
+// store under the group row's lock.
 // Under ReleaseOnSequenceSize, misfits found at release cost a discard
 // Publish and an Update, and no second Get.
 func (a *Aggregator) Handle(msg *message.Message) (err error) {
@@ -95,36 +100,28 @@ func (a *Aggregator) Handle(msg *message.Message) (err error) {
 	if err != nil {
 		return err
 	}
-	return a.core.WithLock(ctx, key, func(lctx context.Context) error { return a.handle(lctx, key, id, msg) })
+	need := func(added groupstore.Group) bool {
+		a.checkSequenceSize(key, added.ID, msg)
+		return a.strategy.needsMessages() || a.strategy.canRelease(added.Size, msg, nil)
+	}
+	return a.core.AddThen(ctx, key, id, msg, need, func(lctx context.Context, _ groupstore.Group) error {
+		return a.handle(lctx, key, msg)
+	})
 }
 
-// handle is Handle's work under the group lock, on its lock context. It
-// reads the group, with its messages, at most once: for ReleaseWhen before
-// asking it, otherwise only to release it.
-func (a *Aggregator) handle(ctx context.Context, key, id string, msg *message.Message) error {
-	added, look, err := a.core.Add(ctx, key, id, msg)
-	if err != nil || !look {
+// handle is Handle's work under the group lock, on its lock context, once
+// msg is in the group and the group may be released (for ReleaseWhen,
+// after every message): it reads the group, with its messages, once, and
+// releases it if the strategy says so. A group read complete was released
+// by another message's handling since msg's Add, where the Add was not
+// under the lock (see grouphandler.Core.AddThen).
+func (a *Aggregator) handle(ctx context.Context, key string, msg *message.Message) error {
+	sg, err := a.core.Get(ctx, key)
+	if err != nil || sg.Complete {
 		return err
 	}
-	a.checkSequenceSize(key, added.ID, msg)
-	var (
-		sg   groupstore.Group // read with its messages, if it was
-		read bool
-		view *Group
-	)
-	if a.strategy.needsMessages() {
-		if sg, err = a.core.Get(ctx, key); err != nil {
-			return err
-		}
-		read, view = true, toGroup(sg, false)
-	}
-	if !a.strategy.canRelease(added.Size, msg, view) {
+	if a.strategy.needsMessages() && !a.strategy.canRelease(sg.Size, msg, toGroup(sg, false)) {
 		return nil
-	}
-	if !read {
-		if sg, err = a.core.Get(ctx, key); err != nil {
-			return err
-		}
 	}
 	fit, err := a.dropMisfits(ctx, sg)
 	if err != nil {

@@ -66,8 +66,11 @@ func (c *countingConn) ExecContext(ctx context.Context, query string, args []dri
 	if !ok {
 		return nil, driver.ErrSkip
 	}
-	c.c.statement(c.inTx, query)
-	return ex.ExecContext(ctx, query, args)
+	res, err := ex.ExecContext(ctx, query, args)
+	if err != driver.ErrSkip { // skipped: database/sql prepares it, and the statement counts
+		c.c.statement(c.inTx, query)
+	}
+	return res, err
 }
 
 func (c *countingConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
@@ -75,8 +78,11 @@ func (c *countingConn) QueryContext(ctx context.Context, query string, args []dr
 	if !ok {
 		return nil, driver.ErrSkip
 	}
-	c.c.statement(c.inTx, query)
-	return q.QueryContext(ctx, query, args)
+	rows, err := q.QueryContext(ctx, query, args)
+	if err != driver.ErrSkip {
+		c.c.statement(c.inTx, query)
+	}
+	return rows, err
 }
 
 func (c *countingConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {

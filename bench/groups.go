@@ -211,13 +211,14 @@ func (benchLogger) Trace(string, watermill.LogFields)                  {}
 func (l benchLogger) With(watermill.LogFields) watermill.LoggerAdapter { return l }
 
 // groupLock names the lock that protects the groups of v: "local" (the
-// in-process registry of the memory variant) or "registry" (the SQL lock
-// table's leases).
+// in-process registry of the memory variant), "registry" (the SQL lock
+// table's leases) or "store" (the group row's lock in the store's
+// transactions: no Locks).
 func (cfg config) groupLock(v groupVariant) string {
 	if v.server == "memory" {
 		return "local"
 	}
-	return "registry"
+	return cfg.groupLockKind
 }
 
 // groupInst is one instance: its pool, lock registry, store and handler.
@@ -296,9 +297,13 @@ func openGroupInst(e *env, scenario string, v groupVariant, cfg config, pub, dis
 		}
 		store = gs
 	}
+	var locks registry.LockRegistry = in.reg
+	if cfg.groupLock(v) == "store" {
+		locks = nil // the SQL store locks its groups itself
+	}
 	switch scenario {
 	case "aggregator":
-		a, err := aggregator.New(aggregator.Config{Publisher: pub, OutputTopic: "bench.aggregated", Store: store, Locks: in.reg,
+		a, err := aggregator.New(aggregator.Config{Publisher: pub, OutputTopic: "bench.aggregated", Store: store, Locks: locks,
 			DiscardPublisher: disc, DiscardTopic: "bench.discarded", Logger: logger})
 		if err != nil {
 			in.close()
@@ -306,7 +311,7 @@ func openGroupInst(e *env, scenario string, v groupVariant, cfg config, pub, dis
 		}
 		in.handle = a.Handle
 	case "resequencer":
-		r, err := resequencer.New(resequencer.Config{Publisher: pub, OutputTopic: "bench.ordered", Store: store, Locks: in.reg,
+		r, err := resequencer.New(resequencer.Config{Publisher: pub, OutputTopic: "bench.ordered", Store: store, Locks: locks,
 			ReleasePartialSequences: reseqPartial, DiscardPublisher: disc, DiscardTopic: "bench.discarded", Logger: logger})
 		if err != nil {
 			in.close()
