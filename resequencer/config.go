@@ -77,7 +77,13 @@ type Config struct {
 	// or else its first Handle or RunTimeouts).
 	Store groupstore.Store
 	// Locks serializes the handling of each group across goroutines and,
-	// when backed by a shared repository, across instances. Default:
+	// when backed by a shared repository, across instances, with a lease
+	// per group (two commits per message). Default: none where Store
+	// locks groups itself (a [groupstore.Locker], as sqlstore's Store and
+	// Outbox are): each group step then runs in one transaction of the
+	// store under the group row's lock, across instances too, and
+	// LockTimeout does not apply (a row lock lasts a transaction, and a
+	// dead holder's ends with its connection). Otherwise
 	// [registry.NewLocal], whose locks hold in this process only, so
 	// instances sharing a Store do not take turns on a group. The
 	// resequencer does not close it.
