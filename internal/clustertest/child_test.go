@@ -240,7 +240,13 @@ func runChild(cfg childConfig) error {
 	// kept: by default database/sql keeps two, and opening a PostgreSQL
 	// connection for every other statement would cost more than the
 	// statements.
+	// With the store's group locks (StoreLocks) a handler's step holds a
+	// connection for its transaction while it publishes discards through
+	// the router's publisher on another: one more per handler.
 	conns := 2*cfg.Handlers + 2
+	if cfg.StoreLocks {
+		conns += cfg.Handlers
+	}
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
 
