@@ -36,6 +36,7 @@ type Aggregator struct {
 	removeOnCompletion bool // ExpireGroupsOnCompletion
 	popSequence        bool // !DisablePopSequence
 	sendAfterUnlock    bool // ReleaseLockBeforeSend
+	timeoutFunc        bool // GroupTimeoutFunc != nil: every unreleasing message reschedules
 	// sendRetry is how long after closing a group for a send after the
 	// unlock the timeout runner finishes the release if nobody has.
 	sendRetry time.Duration
@@ -72,6 +73,7 @@ func New(cfg Config) (*Aggregator, error) {
 		removeOnCompletion: cfg.ExpireGroupsOnCompletion,
 		popSequence:        !cfg.DisablePopSequence,
 		sendAfterUnlock:    cfg.ReleaseLockBeforeSend,
+		timeoutFunc:        cfg.GroupTimeoutFunc != nil,
 		sendRetry:          2*cmp.Or(cfg.LockTimeout, DefaultLockTimeout) + cmp.Or(cfg.PollInterval, DefaultPollInterval),
 		noSizeOutcome:      outcome,
 	}, nil
@@ -100,6 +102,11 @@ func (a *Aggregator) AddHandler(r *message.Router, handlerName, subscribeTopic s
 // It costs one lock acquisition and release, one store Add, and on release
 // one Get, one Publish and one Update (or Remove). ReleaseWhen reads the
 // group (one Get) for every message, and its release reads it no more.
+// Where the store locks groups itself (Config.Locks nil and a
+// groupstore.Locker Store, such as sqlstore's), there is no lease: a
+// message that does not release its group costs its Add alone (one
+// statement on PostgreSQL), and a release runs in one transaction of the
+// store under the group row's lock.
 // Under ReleaseOnSequenceSize, misfits found at release cost a discard
 // Publish and an Update, and no second Get.
 func (a *Aggregator) Handle(msg *message.Message) (err error) {
@@ -109,43 +116,40 @@ func (a *Aggregator) Handle(msg *message.Message) (err error) {
 	if err != nil {
 		return err
 	}
-	return a.core.WithLock(ctx, key, func(lctx context.Context) error { return a.handle(lctx, key, id, msg) })
+	need := func(added groupstore.Group) bool {
+		if added.Complete { // a release whose send did not finish (ReleaseLockBeforeSend)
+			return true
+		}
+		a.checkSequenceSize(key, added.ID, msg)
+		return a.timeoutFunc || a.strategy.needsMessages() || a.strategy.canRelease(added.Size, msg, nil)
+	}
+	return a.core.AddThen(ctx, key, id, msg, need, func(lctx context.Context, _ groupstore.Group) error {
+		return a.handle(lctx, key, msg)
+	})
 }
 
-// handle is Handle's work under the group lock, on its lock context. It
-// reads the group, with its messages, at most once: for ReleaseWhen before
-// asking it, otherwise only to release it.
-func (a *Aggregator) handle(ctx context.Context, key, id string, msg *message.Message) error {
-	added, look, err := a.core.Add(ctx, key, id, msg)
-	if err != nil || !look {
+// handle is Handle's work under the group lock, on its lock context, once
+// msg is in the group and the group may be released (for ReleaseWhen,
+// after every message): it reads the group, with its messages, once, and
+// releases it if the strategy says so. A group read complete was released
+// by another message's handling since msg's Add, where the Add was not
+// under the lock (see grouphandler.Core.AddThen).
+func (a *Aggregator) handle(ctx context.Context, key string, msg *message.Message) error {
+	sg, err := a.core.Get(ctx, key)
+	switch {
+	case err != nil:
 		return err
-	}
-	if added.Complete { // a release whose send did not finish (ReleaseLockBeforeSend)
-		sg, err := a.core.Get(ctx, key)
-		if err != nil {
-			return err
-		}
+	case sg.Complete && len(sg.Messages) > 0: // a release whose send did not finish (ReleaseLockBeforeSend)
 		return a.release(ctx, sg, toGroup(sg, false))
+	case sg.Complete:
+		return nil
 	}
-	a.checkSequenceSize(key, added.ID, msg)
-	var (
-		sg   groupstore.Group // read with its messages, if it was
-		read bool
-		view *Group
-	)
+	var view *Group
 	if a.strategy.needsMessages() {
-		if sg, err = a.core.Get(ctx, key); err != nil {
-			return err
-		}
-		read, view = true, toGroup(sg, false)
+		view = toGroup(sg, false)
 	}
-	if !a.strategy.canRelease(added.Size, msg, view) {
-		return a.schedule(ctx, added, msg)
-	}
-	if !read {
-		if sg, err = a.core.Get(ctx, key); err != nil {
-			return err
-		}
+	if !a.strategy.canRelease(sg.Size, msg, view) {
+		return a.schedule(ctx, sg, msg)
 	}
 	fit, err := a.dropMisfits(ctx, sg)
 	if err != nil {

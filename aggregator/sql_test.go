@@ -22,6 +22,13 @@ import (
 // and SQL store (package sqlstore) on the shared database and region.
 func instance(t *testing.T, db testdb.Backend, region string, pub message.Publisher, timeout time.Duration) *aggregator.Aggregator {
 	t.Helper()
+	return newInstance(t, db, region, pub, timeout, true)
+}
+
+// newInstance is instance, with a registry as Locks or, without
+// withLocks, none: the store's row locks protect the groups.
+func newInstance(t *testing.T, db testdb.Backend, region string, pub message.Publisher, timeout time.Duration, withLocks bool) *aggregator.Aggregator {
+	t.Helper()
 	repo, err := jdbc.NewLockRepository(context.Background(), db.DB, jdbc.WithRegion(region))
 	if err != nil {
 		t.Fatal(err)
@@ -36,8 +43,12 @@ func instance(t *testing.T, db testdb.Backend, region string, pub message.Publis
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close(context.Background()) })
+	var groupLocks registry.LockRegistry = locks
+	if !withLocks {
+		groupLocks = nil
+	}
 	a, err := aggregator.New(aggregator.Config{Publisher: pub, OutputTopic: "out", DiscardTopic: "discard",
-		Store: store, Locks: locks, GroupTimeout: timeout, PollInterval: 10 * time.Millisecond, Logger: watermill.NopLogger{}})
+		Store: store, Locks: groupLocks, GroupTimeout: timeout, PollInterval: 10 * time.Millisecond, Logger: watermill.NopLogger{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,10 +59,20 @@ func instance(t *testing.T, db testdb.Backend, region string, pub message.Publis
 // instances handle every message of every group concurrently, as competing
 // consumers that both get each message.
 func TestAggregatorInstancesSharingASQLStoreReleaseEachGroupOnce(t *testing.T) {
+	testSharedStoreReleasesOnce(t, true)
+}
+
+// TestAggregatorInstancesLockedByTheirSQLStoreReleaseEachGroupOnce: the
+// same without Locks, the store's row locks taking turns.
+func TestAggregatorInstancesLockedByTheirSQLStoreReleaseEachGroupOnce(t *testing.T) {
+	testSharedStoreReleasesOnce(t, false)
+}
+
+func testSharedStoreReleasesOnce(t *testing.T, withLocks bool) {
 	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
 		region := testdb.RandomRegion()
 		pub := testpub.NewRecorder()
-		a, b := instance(t, db, region, pub, time.Hour), instance(t, db, region, pub, time.Hour)
+		a, b := newInstance(t, db, region, pub, time.Hour, withLocks), newInstance(t, db, region, pub, time.Hour, withLocks)
 		const groups, size = 10, 3
 		var wg sync.WaitGroup
 		for _, agg := range []*aggregator.Aggregator{a, b} {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,12 +75,27 @@ var contestants = []contestant{
 }
 
 // counter is a pgx tracer that counts the statements sent (BEGIN and COMMIT
-// included; a prepared statement's execution counts once).
-type counter struct{ n atomic.Int64 }
+// included; a prepared statement's execution counts once) and, of them, the
+// commits: each COMMIT and each statement sent outside a transaction (which
+// commits on its own). countingDriver feeds one for other drivers.
+type counter struct{ n, commits atomic.Int64 }
 
-func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
+func (c *counter) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.statement(conn.PgConn().TxStatus() != 'I', d.SQL)
 	return ctx
+}
+
+// statement counts a statement sent with sql, in a transaction or not.
+func (c *counter) statement(inTx bool, sql string) {
+	c.n.Add(1)
+	word := strings.ToLower(strings.TrimSpace(sql))
+	if i := strings.IndexAny(word, " ;"); i >= 0 {
+		word = word[:i]
+	}
+	switch {
+	case word == "commit", !inTx && word != "begin" && word != "rollback":
+		c.commits.Add(1)
+	}
 }
 func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 

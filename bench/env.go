@@ -195,9 +195,10 @@ func (e *env) setupMariaDB(ctx context.Context, cfg config) {
 		return
 	}
 	db.SetMaxOpenConns(2)
-	if err := jdbc.CreateSchema(ctx, db, jdbc.WithPrefix(lockregPrefix)); err != nil {
+	// lockreg's prefix also gets the group tables, for the group scenarios.
+	if err := sqlstore.CreateSchema(ctx, db, sqlstore.Config{Prefix: lockregPrefix}); err != nil {
 		db.Close()
-		e.myErr = fmt.Errorf("creating %sLOCK: %w", lockregPrefix, err)
+		e.myErr = fmt.Errorf("creating %sLOCK and %sGROUP: %w", lockregPrefix, lockregPrefix, err)
 		return
 	}
 	e.myAdmin, e.myDSN = db, dsn
@@ -217,7 +218,7 @@ func (e *env) setupSQLite(ctx context.Context) {
 		return
 	}
 	defer db.Close()
-	if err := jdbc.CreateSchema(ctx, db, jdbc.WithPrefix(lockregPrefix)); err != nil {
+	if err := sqlstore.CreateSchema(ctx, db, sqlstore.Config{Prefix: lockregPrefix}); err != nil {
 		e.sqliteErr = err
 	}
 }

@@ -63,6 +63,8 @@ var groupVariants = []groupVariant{
 	{name: "memory", server: "memory", instances: 1, guess: 150_000},
 	{name: "postgres-1", server: "postgres", instances: 1, guess: 5_000},
 	{name: "postgres-4", server: "postgres", instances: 4, guess: 5_000},
+	{name: "mariadb-4", server: "mariadb", instances: 4, guess: 3_000},
+	{name: "sqlite-1", server: "sqlite", instances: 1, guess: 3_000},
 }
 
 func variantNames() []string {
@@ -81,7 +83,9 @@ func (v groupVariant) workers(cfg config) (workers, pool int) {
 		return cfg.memWorkers, 0
 	case "postgres-1":
 		workers = cfg.pg1Workers
-	default:
+	case "sqlite-1":
+		workers = cfg.sqliteWorkers
+	default: // postgres-4, mariadb-4
 		workers = cfg.pg4Workers
 	}
 	if pool = cfg.groupPool; pool == 0 {
@@ -206,6 +210,17 @@ func (benchLogger) Debug(string, watermill.LogFields)                  {}
 func (benchLogger) Trace(string, watermill.LogFields)                  {}
 func (l benchLogger) With(watermill.LogFields) watermill.LoggerAdapter { return l }
 
+// groupLock names the lock that protects the groups of v: "local" (the
+// in-process registry of the memory variant), "registry" (the SQL lock
+// table's leases) or "store" (the group row's lock in the store's
+// transactions: no Locks).
+func (cfg config) groupLock(v groupVariant) string {
+	if v.server == "memory" {
+		return "local"
+	}
+	return cfg.groupLockKind
+}
+
 // groupInst is one instance: its pool, lock registry, store and handler.
 type groupInst struct {
 	db     *sql.DB
@@ -236,13 +251,30 @@ func openGroupInst(e *env, scenario string, v groupVariant, cfg config, pub, dis
 		store, in.reg = groupstore.NewMemory(), reg
 	} else {
 		_, pool := v.workers(cfg)
-		db, c, err := openPgx(e.pgDSN, pool)
+		var (
+			db      *sql.DB
+			c       *counter
+			err     error
+			dialect jdbc.Dialect
+		)
+		switch v.server {
+		case "postgres":
+			db, c, err = openPgx(e.pgDSN, pool)
+			dialect = jdbc.Postgres
+		case "mariadb":
+			db, c, err = openCounted("mysql", e.myDSN, pool)
+			dialect = jdbc.MySQL
+		default:
+			db, c, err = openCounted("sqlite", e.sqliteDSN, pool)
+			dialect = jdbc.SQLite
+		}
 		if err != nil {
 			return nil, err
 		}
 		in.db, in.c = db, c
-		repoOpts := []jdbc.Option{jdbc.WithPrefix(lockregPrefix), jdbc.WithRegion(groupRegion), jdbc.WithClientID(uuid.NewString())}
-		if cfg.groupListen {
+		repoOpts := []jdbc.Option{jdbc.WithPrefix(lockregPrefix), jdbc.WithRegion(groupRegion), jdbc.WithClientID(uuid.NewString()),
+			jdbc.WithDialect(dialect)}
+		if cfg.groupListen && v.server == "postgres" {
 			repoOpts = append(repoOpts, jdbc.WithListener(pgxlisten.New(db)))
 		}
 		repo, err := jdbc.NewLockRepository(context.Background(), db, repoOpts...)
@@ -258,16 +290,20 @@ func openGroupInst(e *env, scenario string, v groupVariant, cfg config, pub, dis
 			db.Close()
 			return nil, err
 		}
-		gs, err := sqlstore.New(db, sqlstore.Config{Prefix: lockregPrefix, Region: groupRegion})
+		gs, err := sqlstore.New(db, sqlstore.Config{Prefix: lockregPrefix, Region: groupRegion, Dialect: dialect})
 		if err != nil {
 			in.close()
 			return nil, err
 		}
 		store = gs
 	}
+	var locks registry.LockRegistry = in.reg
+	if cfg.groupLock(v) == "store" {
+		locks = nil // the SQL store locks its groups itself
+	}
 	switch scenario {
 	case "aggregator":
-		a, err := aggregator.New(aggregator.Config{Publisher: pub, OutputTopic: "bench.aggregated", Store: store, Locks: in.reg,
+		a, err := aggregator.New(aggregator.Config{Publisher: pub, OutputTopic: "bench.aggregated", Store: store, Locks: locks,
 			DiscardPublisher: disc, DiscardTopic: "bench.discarded", Logger: logger})
 		if err != nil {
 			in.close()
@@ -275,7 +311,7 @@ func openGroupInst(e *env, scenario string, v groupVariant, cfg config, pub, dis
 		}
 		in.handle = a.Handle
 	case "resequencer":
-		r, err := resequencer.New(resequencer.Config{Publisher: pub, OutputTopic: "bench.ordered", Store: store, Locks: in.reg,
+		r, err := resequencer.New(resequencer.Config{Publisher: pub, OutputTopic: "bench.ordered", Store: store, Locks: locks,
 			ReleasePartialSequences: reseqPartial, DiscardPublisher: disc, DiscardTopic: "bench.discarded", Logger: logger})
 		if err != nil {
 			in.close()
@@ -288,9 +324,24 @@ func openGroupInst(e *env, scenario string, v groupVariant, cfg config, pub, dis
 	return in, nil
 }
 
-// resetGroups empties the group and lock tables of the benchmark's
-// PostgreSQL database, vacuums them and takes a checkpoint.
-func (e *env) resetGroups(ctx context.Context) error {
+// resetGroups empties the group and lock tables of server: on the
+// benchmark's PostgreSQL database it also vacuums them and takes a
+// checkpoint.
+func (e *env) resetGroups(ctx context.Context, server string) error {
+	if server != "postgres" {
+		db, err := sql.Open(map[string]string{"mariadb": "mysql", "sqlite": "sqlite"}[server],
+			map[string]string{"mariadb": e.myDSN, "sqlite": e.sqliteDSN}[server])
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		for _, t := range []string{"GROUP", "GROUP_MESSAGE", "LOCK"} {
+			if _, err := db.ExecContext(ctx, "DELETE FROM "+lockregPrefix+t); err != nil {
+				return fmt.Errorf("emptying %s%s: %w", lockregPrefix, t, err)
+			}
+		}
+		return nil
+	}
 	db, _, err := openPgx(e.pgDSN, 1)
 	if err != nil {
 		return err
@@ -451,22 +502,25 @@ func (r *groupRunner) drain() (failed int64, left int) {
 // groupRun runs scenario ("aggregator" or "resequencer") for variant v.
 func groupRun(ctx context.Context, e *env, scenario string, v groupVariant, cfg config) (result, error) {
 	res := result{Scenario: scenario, Contestant: v.name}
-	if v.server == "postgres" && e.pgErr != nil {
-		res.Skipped = e.pgErr.Error()
-		return res, nil
-	}
 	workers, pool := v.workers(cfg)
 	c := contestant{name: v.name, server: v.server}
-	if v.server == "postgres" {
-		if err := e.resetGroups(ctx); err != nil {
+	if v.server != "memory" {
+		if err := e.unavailable(c); err != nil {
+			res.Skipped = err.Error()
+			return res, nil
+		}
+		if err := e.resetGroups(ctx, v.server); err != nil {
 			return res, fmt.Errorf("reset: %w", err)
 		}
 		e.waitIdle(ctx, c)
 	}
+	// MariaDB's Com_* counters are the whole server's: other clients' work
+	// would count; only PostgreSQL's per-database count is taken.
 	s0, counted, err := e.serverCount(ctx, c)
 	if err != nil {
 		return res, err
 	}
+	counted = counted && v.server == "postgres"
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	prefix := "bench/" + scenario + "/" + v.name + "/" + strconv.FormatInt(time.Now().UnixNano(), 36) + "/"
@@ -491,15 +545,15 @@ func groupRun(ctx context.Context, e *env, scenario string, v groupVariant, cfg 
 		}
 		r.insts = append(r.insts, in)
 	}
-	stmts := func() int64 {
-		var n int64
+	stmts := func() (n, commits int64) {
 		for _, in := range r.insts {
 			if in.c == nil {
-				return -1
+				return -1, -1
 			}
 			n += in.c.n.Load()
+			commits += in.c.commits.Load()
 		}
-		return n
+		return n, commits
 	}
 
 	// Warm-up, on a feed sized by a guess of the rate; it also measures the
@@ -509,9 +563,10 @@ func groupRun(ctx context.Context, e *env, scenario string, v groupVariant, cfg 
 	rate := float64(warm.ok) / warm.elapsed.Seconds()
 	n := roundBlocks(min(int(rate*cfg.duration.Seconds()*2/groupSize), maxFeedGroups), w)
 	feed := append(rest, buildFeed(prefix, warmGroups, n, w, rng)...)
-	m0, f0 := stmts(), r.failures.Load()
+	m0, c0 := stmts()
+	f0 := r.failures.Load()
 	meas, _ := r.phase(feed, cfg.duration, true)
-	m1 := stmts()
+	m1, c1 := stmts()
 	_, left := r.drain()
 	if meas.dry {
 		e.logf("%s: the feed of %d messages ran out after %v (warm-up rate %.0f/s)", r.name, len(feed), meas.elapsed, rate)
@@ -584,6 +639,7 @@ func groupRun(ctx context.Context, e *env, scenario string, v groupVariant, cfg 
 	res.HandleP50us, res.HandleP99us = us(pct(meas.lat, 50)), us(pct(meas.lat, 99))
 	if m0 >= 0 && meas.ok > 0 {
 		res.StmtsPerOp = fp(float64(m1-m0) / float64(meas.ok))
+		res.CommitsPerOp = fp(float64(c1-c0) / float64(meas.ok))
 	}
 	res.Instances, res.Workers = ip(int64(v.instances)), ip(int64(workers))
 	if pool > 0 {
@@ -592,6 +648,7 @@ func groupRun(ctx context.Context, e *env, scenario string, v groupVariant, cfg 
 	if v.server == "postgres" {
 		res.Listen = &cfg.groupListen
 	}
+	res.GroupLock = cfg.groupLock(v)
 	res.Outputs, res.ExpectedOutputs = ip(pub.total.Load()), ip(expected)
 	res.GroupsCompleted, res.Messages = ip(completed), ip(r.total.Load())
 	res.HandleRetries = ip(retried)

@@ -49,6 +49,10 @@ type config struct {
 	groupPool   int  // PostgreSQL: MaxOpen = MaxIdle per instance; 0: the instance's workers
 	groupListen bool // PostgreSQL: jdbc.WithListener(pgxlisten.New(db))
 	groupWindow int  // groups per shuffled block of the feed
+	// sqliteWorkers are the worker goroutines of the sqlite-1 variant.
+	sqliteWorkers int
+	// groupLockKind is the SQL variants' group lock: "store" or "registry".
+	groupLockKind string
 }
 
 // lockScenarios run per lock contestant; the group scenarios (groups.go)
@@ -108,6 +112,8 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs.IntVar(&cfg.memWorkers, "memory-workers", 8, "aggregator, resequencer: worker goroutines of the memory variant")
 	fs.IntVar(&cfg.pg1Workers, "pg1-workers", 16, "aggregator, resequencer: worker goroutines of the postgres-1 variant")
 	fs.IntVar(&cfg.pg4Workers, "pg4-workers", 4, "aggregator, resequencer: worker goroutines per instance of the postgres-4 variant")
+	fs.IntVar(&cfg.sqliteWorkers, "sqlite-workers", 4, "aggregator, resequencer: worker goroutines of the sqlite-1 variant")
+	fs.StringVar(&cfg.groupLockKind, "group-lock", "store", "aggregator, resequencer: the SQL variants' group lock: store (the group row's, in the store's transactions: Config.Locks nil) or registry (a lease in the lock table: Config.Locks a registry)")
 	fs.IntVar(&cfg.groupPool, "group-pool", 0, "aggregator, resequencer: pool size (MaxOpen = MaxIdle) per PostgreSQL instance (0: its workers)")
 	fs.IntVar(&cfg.groupWindow, "group-window", 200, "aggregator, resequencer: the feed is shuffled in blocks of this many groups")
 	fs.BoolVar(&cfg.groupListen, "group-listen", true, "aggregator, resequencer: lock repositories with jdbc.WithListener(pgxlisten.New(db))")
@@ -116,6 +122,10 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(errOut, "bench: unexpected arguments %q\n", fs.Args())
+		return cfg, errors.New("usage")
+	}
+	if cfg.groupLockKind != "store" && cfg.groupLockKind != "registry" {
+		fmt.Fprintf(errOut, "bench: -group-lock %q: want store or registry\n", cfg.groupLockKind)
 		return cfg, errors.New("usage")
 	}
 	if cfg.duration == 0 {

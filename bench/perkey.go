@@ -183,7 +183,7 @@ func (in *perKeyInst) close() error {
 // resetPerKey empties the lock tables, as before the group scenarios, and
 // makes the handler's counter rows anew.
 func (e *env) resetPerKey(ctx context.Context, keys []string) error {
-	if err := e.resetGroups(ctx); err != nil {
+	if err := e.resetGroups(ctx, "postgres"); err != nil {
 		return err
 	}
 	db, _, err := openPgx(e.pgDSN, 1)

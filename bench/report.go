@@ -40,7 +40,8 @@ func brief(r result) string {
 		return perKeyBrief(r)
 	case r.Scenario == "aggregator" || r.Scenario == "resequencer":
 		return f(r.MsgsPerSec, 0) + " msgs/s, Handle p50 " + f(r.HandleP50us, 0) + " µs, p99 " + f(r.HandleP99us, 0) +
-			" µs, server tx/msg " + f(r.ServerPerOp, 2) + ", retries " + i64(r.HandleRetries) + ", violations " + i64(r.Violations)
+			" µs, stmts/msg " + f(r.StmtsPerOp, 2) + ", commits/msg " + f(r.CommitsPerOp, 2) +
+			", server tx/msg " + f(r.ServerPerOp, 2) + ", retries " + i64(r.HandleRetries) + ", violations " + i64(r.Violations)
 	}
 	return f(r.OpsPerSec, 0) + " ops/s"
 }
@@ -124,15 +125,18 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 		if r.Listen != nil && *r.Listen {
 			shape += ", listen"
 		}
+		if r.GroupLock != "" {
+			shape += ", " + r.GroupLock + " lock"
+		}
 		rate := f(r.MsgsPerSec, 0)
 		if r.FeedRanOut {
 			rate += " (feed ran out)"
 		}
 		return strings.Join([]string{shape, rate, f(r.HandleP50us, 0) + " / " + f(r.HandleP99us, 0),
 			i64(r.Outputs) + " / " + i64(r.ExpectedOutputs), i64(r.GroupsCompleted), i64(r.HandleRetries), i64(r.Errors),
-			f(r.StmtsPerOp, 2), f(r.ServerPerOp, 2), i64(r.Violations)}, " | ")
+			f(r.StmtsPerOp, 2), f(r.CommitsPerOp, 2), f(r.ServerPerOp, 2), i64(r.Violations)}, " | ")
 	}
-	groupHeader := "| variant | instances × workers | msgs/s | Handle p50 / p99 µs | outputs / expected | groups completed | retries | errors | stmts/msg (client) | server/msg | violations |"
+	groupHeader := "| variant | instances × workers | msgs/s | Handle p50 / p99 µs | outputs / expected | groups completed | retries | errors | stmts/msg (client) | commits/msg (client) | server tx/msg | violations |"
 	section("aggregator", fmt.Sprintf("aggregator: groups of %d messages shuffled in blocks of %d groups, Handle called directly", groupSize, cfg.groupWindow),
 		groupHeader, groupRow)
 	section("resequencer", fmt.Sprintf("resequencer: groups of %d messages shuffled in blocks of %d groups, Handle called directly (ReleasePartialSequences %v)", groupSize, cfg.groupWindow, reseqPartial),

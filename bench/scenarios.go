@@ -55,7 +55,13 @@ type result struct {
 
 	// The aggregator and resequencer scenarios (groups.go). OpsPerSec is
 	// also set to MsgsPerSec; StmtsPerOp and ServerPerOp are per message.
-	MsgsPerSec      *float64 `json:"msgs_per_sec,omitempty"`
+	MsgsPerSec *float64 `json:"msgs_per_sec,omitempty"`
+	// CommitsPerOp counts, per message in the measured window, the
+	// commits the clients sent: COMMITs and statements outside a
+	// transaction.
+	CommitsPerOp *float64 `json:"commits_per_op,omitempty"`
+	// GroupLock names the lock that protected the groups.
+	GroupLock       string   `json:"group_lock,omitempty"`
 	HandleP50us     *float64 `json:"handle_p50_us,omitempty"`
 	HandleP99us     *float64 `json:"handle_p99_us,omitempty"`
 	Instances       *int64   `json:"instances,omitempty"`

@@ -25,10 +25,25 @@
 // # Concurrency
 //
 // Every operation is atomic on its own. Callers serialize the steps of one
-// group (read, decide, update) with a group lock, as the aggregator does
-// through a [github.com/lockreg/lockreg/registry.LockRegistry]; [Update.IfVersion]
-// and [Store.Remove]'s version argument turn a lock that was lost meanwhile
-// into [ErrConflict] instead of a lost update.
+// group (read, decide, update) with a group lock; [Update.IfVersion] and
+// [Store.Remove]'s version argument turn a lock that was lost meanwhile
+// into [ErrConflict] instead of a lost update. Which lock protects a group
+// in the aggregator and the resequencer:
+//
+//   - Memory store ([NewMemory]), no Config.Locks: an in-process
+//     registry's lock (registry.NewLocal); a single instance.
+//   - Any store with Config.Locks: that registry's lock on the group's
+//     key, a lease in its lock table (package jdbc, redislock) when the
+//     instances share one; the store's calls run in transactions of
+//     their own under it.
+//   - A [Locker] (sqlstore's Store and Outbox), no Config.Locks: the
+//     store's own lock, the group row's, taken by [Locker.Locked] in the
+//     transaction of the step (SELECT ... FOR UPDATE on PostgreSQL and
+//     MySQL, the database's write lock on SQLite) and held until it
+//     commits, across instances too. An aggregator message that cannot
+//     release its group is added outside it, an Add being atomic (and
+//     one statement on PostgreSQL): it waits for a Locked step on its
+//     group, and a group completed meanwhile rejects it.
 //
 // # Timeouts
 //

@@ -149,6 +149,25 @@ type Store interface {
 	ClaimDue(ctx context.Context, limit int, lease time.Duration) ([]DueGroup, error)
 }
 
+// Locker is a Store that locks groups itself, in its own transactions:
+// sqlstore's Store and Outbox take the group row's lock in the database.
+// Handlers given a Locker and no registry (Config.Locks nil) protect each
+// group with it instead of a lease in a lock table, which saves the
+// lease's two commits per message.
+type Locker interface {
+	Store
+	// Locked calls fn with a store whose calls run in one transaction that
+	// holds the lock of the group of key: until fn returns, no other
+	// Locked call on the group and no Add to it, in any process sharing
+	// the storage, proceeds. fn's changes commit together when it returns
+	// nil and are undone when it returns an error, which Locked returns.
+	// The store fn gets is an Outbox when the Locker is one, valid only
+	// until fn returns. Locked may call fn again after a transient
+	// failure of the transaction (a deadlock, say), so fn must be safe to
+	// repeat.
+	Locked(ctx context.Context, key string, fn func(ctx context.Context, s Store) error) error
+}
+
 // Outbox is a Store that publishes messages in the transaction that changes
 // a group, so that a release and its output are committed together or not
 // at all (the transactional outbox pattern). A handler whose store is an

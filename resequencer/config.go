@@ -77,7 +77,16 @@ type Config struct {
 	// or else its first Handle or RunTimeouts).
 	Store groupstore.Store
 	// Locks serializes the handling of each group across goroutines and,
-	// when backed by a shared repository, across instances. Default:
+	// when backed by a shared repository, across instances, with a lease
+	// per group (two commits per message). Default: none where Store
+	// locks groups itself (a [groupstore.Locker], as sqlstore's Store and
+	// Outbox are): each group step then runs in one transaction of the
+	// store under the group row's lock, across instances too, and
+	// LockTimeout does not apply (a row lock lasts a transaction, and a
+	// dead holder's ends with its connection; a step holds one of the
+	// store's connections while it publishes, so a publisher on the same
+	// pool, as watermill-sql's, needs one more per message in flight).
+	// Otherwise
 	// [registry.NewLocal], whose locks hold in this process only, so
 	// instances sharing a Store do not take turns on a group. The
 	// resequencer does not close it.

@@ -18,7 +18,9 @@ import (
 
 // Run runs the suite as subtests of t. newStore returns an empty store, one
 // no other test uses, for each subtest; it is called from the subtest's
-// goroutine and may register clean-ups on it.
+// goroutine and may register clean-ups on it (and once from t's, to see
+// whether the store is a [groupstore.Locker]: then Locked's tests run too,
+// and the suite again with every call in a Locked call of its own).
 func Run(t *testing.T, newStore func(t *testing.T) groupstore.Store) {
 	for _, tc := range []struct {
 		name string
@@ -46,6 +48,9 @@ func Run(t *testing.T, newStore func(t *testing.T) groupstore.Store) {
 		{"DoneContextFails", testDoneContext},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, newStore(t)) })
+	}
+	if _, ok := newStore(t).(groupstore.Locker); ok {
+		runLocker(t, newStore)
 	}
 }
 

@@ -22,7 +22,10 @@ type Outbox struct {
 	newPublisher func(*sql.Tx) (message.Publisher, error)
 }
 
-var _ groupstore.Outbox = (*Outbox)(nil)
+var (
+	_ groupstore.Outbox = (*Outbox)(nil)
+	_ groupstore.Locker = (*Outbox)(nil)
+)
 
 // NewOutbox returns an Outbox on store that publishes with the publisher
 // newPublisher makes on a transaction of the store's database. With
@@ -50,23 +53,33 @@ func NewOutbox(store *Store, newPublisher func(tx *sql.Tx) (message.Publisher, e
 // transaction of the statements of Update and the publisher's. A transient
 // failure retries the whole transaction, publish included, as Update does.
 func (o *Outbox) UpdatePublish(ctx context.Context, key string, u groupstore.Update, topic string, msgs ...*message.Message) error {
-	err := o.inTx(ctx, func(tx *sql.Tx) error {
-		if err := o.update(ctx, tx, key, u); err != nil {
-			return err
-		}
-		p, err := o.newPublisher(tx)
-		if err != nil {
-			return fmt.Errorf("making the publisher: %w", err)
-		}
-		err = p.Publish(topic, msgs...)
-		p.Close() // it wrote through tx; nothing of it outlives the transaction
-		if err != nil {
-			return fmt.Errorf("publishing %d message(s) to %q: %w", len(msgs), topic, err)
-		}
-		return nil
-	})
+	err := o.inTx(ctx, func(tx *sql.Tx) error { return o.updatePublish(ctx, tx, key, u, topic, msgs) })
 	if err != nil {
 		return o.wrap(ctx, "sqlstore: update and publish "+dialect.Quote(key), err)
 	}
 	return nil
+}
+
+// updatePublish is UpdatePublish in tx.
+func (o *Outbox) updatePublish(ctx context.Context, tx *sql.Tx, key string, u groupstore.Update, topic string, msgs []*message.Message) error {
+	if err := o.update(ctx, tx, key, u); err != nil {
+		return err
+	}
+	p, err := o.newPublisher(tx)
+	if err != nil {
+		return fmt.Errorf("making the publisher: %w", err)
+	}
+	err = p.Publish(topic, msgs...)
+	p.Close() // it wrote through tx; nothing of it outlives the transaction
+	if err != nil {
+		return fmt.Errorf("publishing %d message(s) to %q: %w", len(msgs), topic, err)
+	}
+	return nil
+}
+
+// Locked implements [groupstore.Locker] as [Store.Locked] does; the store
+// fn gets is also a [groupstore.Outbox], whose UpdatePublish runs in the
+// same transaction.
+func (o *Outbox) Locked(ctx context.Context, key string, fn func(context.Context, groupstore.Store) error) error {
+	return o.locked(ctx, key, fn, o)
 }

@@ -68,6 +68,8 @@ func updateStatement(shape int) string {
 type statements struct {
 	upsert, lockGroup, insertMessage, selectReleased dialect.Query
 	addMessage                                       [2]dialect.Query // without, with a timeout
+	addOne                                           [2]dialect.Query // the dialect's AddMessage, if any
+	lockRow                                          dialect.Query
 	selectGroup, selectVersion                       dialect.Query
 	update                                           [shapes]dialect.Query
 	releaseAll, releaseListed                        dialect.Query
@@ -88,7 +90,8 @@ func compile(d *dialect.Dialect, prefix string) *statements {
 	g := d.Group
 	s := &statements{
 		upsert: c(g.Upsert), lockGroup: c(g.LockGroup), insertMessage: c(g.InsertMessage), selectReleased: c(selectReleased),
-		addMessage:  [2]dialect.Query{c(addMessage + whereGroup), c(addMessage + dueIn + whereGroup)},
+		addMessage: [2]dialect.Query{c(addMessage + whereGroup), c(addMessage + dueIn + whereGroup)},
+		addOne:     [2]dialect.Query{c(g.AddMessage[0]), c(g.AddMessage[1])}, lockRow: c(g.LockRow),
 		selectGroup: c(selectGroup), selectVersion: c(selectVersion),
 		releaseAll: c(releaseAll), releaseListed: c(releaseAll + ` AND MESSAGE_KEY IN {list}`),
 		remove:         [2]dialect.Query{c(removeGroup), c(removeGroup + ` AND VERSION = :version`)},

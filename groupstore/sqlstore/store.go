@@ -25,13 +25,17 @@ import (
 //
 // Every operation is one transaction on the database's clock; a transaction
 // that fails with a deadlock, a serialization failure or SQLITE_BUSY is
-// retried up to 4 times. Round trips: Add 5 (BEGIN, an upsert of the group,
-// an insert of the message, an update of the group, COMMIT; MySQL adds a
-// SELECT ... FOR UPDATE); Get 1 (a join); Update 1 without releases, 4 with
+// retried up to 4 times. Round trips: Add 1 on PostgreSQL (one statement
+// that locks the group row, inserts the message and creates or updates the
+// group; a complete group that does not know the message costs a second
+// one), and elsewhere 5 (BEGIN, an upsert of the group, an insert of the
+// message, an update of the group, COMMIT; MySQL adds a SELECT ... FOR
+// UPDATE); Get 1 (a join); Update 1 without releases, 4 with
 // them; Remove 4; ClaimDue 1 on PostgreSQL (UPDATE ... FOR UPDATE SKIP
 // LOCKED ... RETURNING), and elsewhere 1 plus one conditional UPDATE per due
 // group, which only one claimer can win. Every statement is compiled once,
-// in New.
+// in New. Store is a [groupstore.Locker]: Locked runs several calls in one
+// transaction under the group row's lock.
 //
 // Group and message keys are name-based (SHA-1) UUIDs of the correlation
 // key and the message UUID; the correlation key and UUID are kept as they
@@ -134,9 +138,14 @@ func wrap(ctx context.Context, d *dialect.Dialect, q dialect.Querier, groups, ms
 
 // inTx runs f in a transaction, retrying transient failures with backoff.
 func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	return s.retry(ctx, func() error { return s.tryTx(ctx, f) })
+}
+
+// retry runs f, again after a transient failure, at most 5 times in all.
+func (s *Store) retry(ctx context.Context, f func() error) error {
 	bo := backoff.New(5*time.Millisecond, 80*time.Millisecond)
 	for attempt := 1; ; attempt++ {
-		err := s.tryTx(ctx, f)
+		err := f()
 		if err == nil || !dialect.IsTransient(err) || ctx.Err() != nil || attempt == 5 || !backoff.Sleep(ctx, bo.Next(), nil) {
 			return err
 		}
@@ -182,6 +191,20 @@ func (r *groupRow) group(key string) (groupstore.Group, error) {
 
 // Add implements [groupstore.Store.Add].
 func (s *Store) Add(ctx context.Context, key string, msg groupstore.Message, timeout time.Duration) (groupstore.Group, groupstore.Outcome, error) {
+	return s.add(ctx, nil, key, msg, timeout)
+}
+
+// querier runs statements: the store's database or a transaction.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// add is Add in tx, or without one in a transaction of its own: one
+// statement where the dialect has a one-statement add (PostgreSQL), else
+// BEGIN, the statements and COMMIT.
+func (s *Store) add(ctx context.Context, tx *sql.Tx, key string, msg groupstore.Message, timeout time.Duration) (groupstore.Group, groupstore.Outcome, error) {
 	what := "sqlstore: add " + dialect.Quote(key)
 	if msg.UUID == "" {
 		return groupstore.Group{}, 0, fmt.Errorf("%s: message without UUID", what)
@@ -200,67 +223,131 @@ func (s *Store) Add(ctx context.Context, key string, msg groupstore.Message, tim
 	var (
 		g       groupstore.Group
 		outcome groupstore.Outcome
+		err     error
 	)
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var row groupRow
-		up := s.sql.upsert
-		var err error
-		if s.sql.lockGroup.SQL == "" {
-			err = tx.QueryRowContext(ctx, up.SQL, v.args(up)...).Scan(row.dest()...)
-		} else if _, err = tx.ExecContext(ctx, up.SQL, v.args(up)...); err == nil {
-			lock := s.sql.lockGroup
-			err = tx.QueryRowContext(ctx, lock.SQL, v.args(lock)...).Scan(row.dest()...)
-		}
-		if err != nil {
+	switch one := s.sql.addOne[0].SQL != ""; {
+	case one && tx != nil:
+		g, outcome, err = s.addOne(ctx, tx, key, v, timeout)
+	case one:
+		err = s.retry(ctx, func() (err error) {
+			g, outcome, err = s.addOne(ctx, s.db, key, v, timeout)
 			return err
+		})
+	case tx != nil:
+		g, outcome, err = s.addIn(ctx, tx, key, v, timeout)
+		if errors.Is(err, errNoChange) {
+			err = nil // it changed nothing: the caller's transaction goes on
 		}
-		if g, err = row.group(key); err != nil {
+	default:
+		err = s.inTx(ctx, func(tx *sql.Tx) (err error) {
+			g, outcome, err = s.addIn(ctx, tx, key, v, timeout)
 			return err
-		}
-		if g.Complete {
-			var released int64
-			q := s.sql.selectReleased
-			switch err := tx.QueryRowContext(ctx, q.SQL, v.args(q)...).Scan(&released); {
-			case errors.Is(err, sql.ErrNoRows):
-				outcome = groupstore.Rejected
-			case err != nil:
-				return err
-			default:
-				outcome = groupstore.Duplicate
-			}
-			return errNoChange
-		}
-		v.position = row.lastPosition + 1
-		ins := s.sql.insertMessage
-		if n, err := dialect.Count(tx.ExecContext(ctx, ins.SQL, v.args(ins)...)); err != nil {
-			return err
-		} else if n == 0 {
-			outcome = groupstore.Duplicate
-			return errNoChange
-		}
-		upd := s.sql.addMessage[0]
-		if timeout > 0 {
-			upd = s.sql.addMessage[1]
-		}
-		if _, err := tx.ExecContext(ctx, upd.SQL, v.args(upd)...); err != nil {
-			return err
-		}
-		g.Size++
-		g.Version++
-		outcome = groupstore.Added
-		return nil
-	})
+		})
+	}
 	if err != nil {
 		return groupstore.Group{}, 0, s.wrap(ctx, what, err)
 	}
 	return g, outcome, nil
 }
 
+// addOne adds the message of v with the dialect's one-statement add on q.
+// Only a complete group that did not take the message costs a second
+// statement, which tells a redelivery from a late message by a fresh read.
+func (s *Store) addOne(ctx context.Context, q querier, key string, v *values, timeout time.Duration) (groupstore.Group, groupstore.Outcome, error) {
+	add := s.sql.addOne[0]
+	if timeout > 0 {
+		add = s.sql.addOne[1]
+	}
+	var (
+		row   groupRow
+		added int64
+	)
+	if err := q.QueryRowContext(ctx, add.SQL, v.args(add)...).Scan(append(row.dest(), &added)...); err != nil {
+		return groupstore.Group{}, 0, err
+	}
+	g, err := row.group(key)
+	if err != nil {
+		return g, 0, err
+	}
+	switch {
+	case added == 1:
+		return g, groupstore.Added, nil
+	case !g.Complete:
+		return g, groupstore.Duplicate, nil
+	}
+	o, err := s.knownOrLate(ctx, q, v)
+	return g, o, err
+}
+
+// knownOrLate tells whether the complete group of v knows its message
+// (Duplicate) or not (Rejected).
+func (s *Store) knownOrLate(ctx context.Context, q querier, v *values) (groupstore.Outcome, error) {
+	var released int64
+	sel := s.sql.selectReleased
+	switch err := q.QueryRowContext(ctx, sel.SQL, v.args(sel)...).Scan(&released); {
+	case errors.Is(err, sql.ErrNoRows):
+		return groupstore.Rejected, nil
+	case err != nil:
+		return 0, err
+	}
+	return groupstore.Duplicate, nil
+}
+
+// addIn adds the message of v in tx, statement by statement. It returns
+// errNoChange with the outcome when it changed nothing.
+func (s *Store) addIn(ctx context.Context, tx *sql.Tx, key string, v *values, timeout time.Duration) (groupstore.Group, groupstore.Outcome, error) {
+	var row groupRow
+	up := s.sql.upsert
+	var err error
+	if s.sql.lockGroup.SQL == "" {
+		err = tx.QueryRowContext(ctx, up.SQL, v.args(up)...).Scan(row.dest()...)
+	} else if _, err = tx.ExecContext(ctx, up.SQL, v.args(up)...); err == nil {
+		lock := s.sql.lockGroup
+		err = tx.QueryRowContext(ctx, lock.SQL, v.args(lock)...).Scan(row.dest()...)
+	}
+	if err != nil {
+		return groupstore.Group{}, 0, err
+	}
+	g, err := row.group(key)
+	if err != nil {
+		return g, 0, err
+	}
+	if g.Complete {
+		o, err := s.knownOrLate(ctx, tx, v)
+		if err != nil {
+			return g, 0, err
+		}
+		return g, o, errNoChange
+	}
+	v.position = row.lastPosition + 1
+	ins := s.sql.insertMessage
+	if n, err := dialect.Count(tx.ExecContext(ctx, ins.SQL, v.args(ins)...)); err != nil {
+		return g, 0, err
+	} else if n == 0 {
+		return g, groupstore.Duplicate, errNoChange
+	}
+	upd := s.sql.addMessage[0]
+	if timeout > 0 {
+		upd = s.sql.addMessage[1]
+	}
+	if _, err := tx.ExecContext(ctx, upd.SQL, v.args(upd)...); err != nil {
+		return g, 0, err
+	}
+	g.Size++
+	g.Version++
+	return g, groupstore.Added, nil
+}
+
 // Get implements [groupstore.Store.Get] with one query.
 func (s *Store) Get(ctx context.Context, key string) (groupstore.Group, error) {
+	return s.get(ctx, s.db, key)
+}
+
+// get is Get on db.
+func (s *Store) get(ctx context.Context, db querier, key string) (groupstore.Group, error) {
 	what := "sqlstore: get " + dialect.Quote(key)
 	q := s.sql.selectGroup
-	rows, err := s.db.QueryContext(ctx, q.SQL, s.values(key).args(q)...)
+	rows, err := db.QueryContext(ctx, q.SQL, s.values(key).args(q)...)
 	if err != nil {
 		return groupstore.Group{}, s.wrap(ctx, what, err)
 	}

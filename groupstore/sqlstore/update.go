@@ -74,26 +74,35 @@ func (s *Store) update(ctx context.Context, tx *sql.Tx, key string, u groupstore
 
 // Remove implements [groupstore.Store.Remove].
 func (s *Store) Remove(ctx context.Context, key string, version int64) error {
-	v := s.values(key)
-	v.version = version
-	del := s.sql.remove[0]
-	if version != 0 {
-		del = s.sql.remove[1]
-	}
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if n, err := dialect.Count(tx.ExecContext(ctx, del.SQL, v.args(del)...)); err != nil {
-			return err
-		} else if n == 0 {
-			return s.missingOrConflict(ctx, tx, v)
-		}
-		q := s.sql.removeMessages
-		_, err := tx.ExecContext(ctx, q.SQL, v.args(q)...)
-		return err
-	})
+	v, del := s.removal(key, version)
+	err := s.inTx(ctx, func(tx *sql.Tx) error { return s.remove(ctx, tx, v, del) })
 	if err != nil {
 		return s.wrap(ctx, "sqlstore: remove "+dialect.Quote(key), err)
 	}
 	return nil
+}
+
+// remove deletes the group of v with del in tx.
+func (s *Store) remove(ctx context.Context, tx *sql.Tx, v *values, del dialect.Query) error {
+	if n, err := dialect.Count(tx.ExecContext(ctx, del.SQL, v.args(del)...)); err != nil {
+		return err
+	} else if n == 0 {
+		return s.missingOrConflict(ctx, tx, v)
+	}
+	q := s.sql.removeMessages
+	_, err := tx.ExecContext(ctx, q.SQL, v.args(q)...)
+	return err
+}
+
+// removal returns the values and the statement of a removal of the group
+// of key at version (any version if 0).
+func (s *Store) removal(key string, version int64) (*values, dialect.Query) {
+	v := s.values(key)
+	v.version = version
+	if version != 0 {
+		return v, s.sql.remove[1]
+	}
+	return v, s.sql.remove[0]
 }
 
 // ClaimDue implements [groupstore.Store.ClaimDue].

@@ -21,82 +21,84 @@ import (
 // completed group afterwards must go to the discard topic as "late", and
 // redeliveries of messages the groups released must change nothing.
 func TestAggregatorClusterReleasesEveryGroupOnceAndDiscardsLateMessagesDespiteAKilledMember(t *testing.T) {
-	db, dsn := requirePostgres(t)
-	groups, size, lateN := 2000, 10, 100
-	if testing.Short() {
-		groups, lateN = 200, 20
-	}
-	w := newWorkload(t, groups, size, 0.15, 0)
-	c := startCluster(t, db, dsn, defaultCluster(kindAggregator))
-	c.publish(w.deliveries)
-	t.Logf("%v: published %d deliveries of %d messages (%d duplicates)", c.elapsed(), len(w.deliveries), groups*size, w.duplicates)
-
-	released := func() int {
-		return c.count(`SELECT COUNT(DISTINCT metadata->>'` + correlationKey + `') FROM ` + c.table(c.output))
-	}
-	c.waitFor("30 % of the groups released", 3*time.Minute,
-		c.progress("groups", groups, released, func(n, _ int) bool { return 10*n >= 3*groups }))
-	c.kill(0)
-	c.waitFor("every group released", 3*time.Minute,
-		c.progress("groups", groups, released, func(n, _ int) bool { return n == groups }))
-	finished := c.elapsed()
-
-	late, msgs := w.late(lateN, func(string) int { return 1 + w.rng.IntN(size) })
-	c.publish(msgs)
-	c.waitForLate(late)
-	c.stop()
-	handled, failed := c.logChildren()
-
-	strict := transactionalOutput
-	if c.outbox() != strict {
-		t.Errorf("the children report outbox stores: %t, want %t", c.outbox(), strict)
-	}
-	r := &reporter{t: t}
-	outputs := map[string][]row{}
-	rows := c.rows(c.output)
-	for _, o := range rows {
-		key := o.Metadata[correlationKey]
-		outputs[key] = append(outputs[key], o)
-	}
-	repeats := 0
-	for _, key := range w.keys {
-		outs := outputs[key]
-		delete(outputs, key)
-		if len(outs) == 0 {
-			r.errorf("group %s was not released", key)
-			continue
+	forEachGroupLock(t, defaultCluster(kindAggregator), func(t *testing.T, cfg clusterConfig) {
+		db, dsn := requirePostgres(t)
+		groups, size, lateN := 2000, 10, 100
+		if testing.Short() {
+			groups, lateN = 200, 20
 		}
-		ids := map[string]bool{}
-		for _, o := range outs {
-			ids[o.UUID] = true
-			checkAggregate(r, key, w.msgs[key], o)
-		}
-		if len(ids) != 1 {
-			r.errorf("group %s was released %d times: output UUIDs %v", key, len(ids), keysOf(ids))
-		}
-		repeats += len(outs) - len(ids)
-		if strict && len(outs) != 1 {
-			r.errorf("group %s: %d output rows with an outbox store, want exactly one", key, len(outs))
-		}
-	}
-	for key, outs := range outputs {
-		r.errorf("%d outputs for %q, which is no group of the input", len(outs), key)
-	}
-	if strict && len(rows) != groups {
-		r.errorf("%d output rows with an outbox store, want exactly %d", len(rows), groups)
-	}
-	r.done()
-	discardRepeats := checkDiscards(t, c, aggregator.DiscardReasonKey, lateDiscards(late))
+		w := newWorkload(t, groups, size, 0.15, 0)
+		c := startCluster(t, db, dsn, cfg)
+		c.publish(w.deliveries)
+		t.Logf("%v: published %d deliveries of %d messages (%d duplicates)", c.elapsed(), len(w.deliveries), groups*size, w.duplicates)
 
-	mode := "at least once: repeats of an output UUID allowed"
-	if strict {
-		mode = "outbox: exactly once"
-	}
-	t.Logf("aggregator cluster (%s): %d deliveries (%d duplicates) of %d messages in %d groups, all released after %v; "+
-		"%d output rows for %d groups, %d repeated output rows; %d late messages discarded (%d discarded again), "+
-		"%d redeliveries of released messages ignored; %d handler calls succeeded, %d failed and were redelivered; total %v",
-		mode, len(w.deliveries), w.duplicates, groups*size, groups, finished, len(rows), groups, repeats,
-		len(late), discardRepeats, len(msgs)-len(late), handled, failed, c.elapsed())
+		released := func() int {
+			return c.count(`SELECT COUNT(DISTINCT metadata->>'` + correlationKey + `') FROM ` + c.table(c.output))
+		}
+		c.waitFor("30 % of the groups released", 3*time.Minute,
+			c.progress("groups", groups, released, func(n, _ int) bool { return 10*n >= 3*groups }))
+		c.kill(0)
+		c.waitFor("every group released", 3*time.Minute,
+			c.progress("groups", groups, released, func(n, _ int) bool { return n == groups }))
+		finished := c.elapsed()
+
+		late, msgs := w.late(lateN, func(string) int { return 1 + w.rng.IntN(size) })
+		c.publish(msgs)
+		c.waitForLate(late)
+		c.stop()
+		handled, failed := c.logChildren()
+
+		strict := transactionalOutput
+		if c.outbox() != strict {
+			t.Errorf("the children report outbox stores: %t, want %t", c.outbox(), strict)
+		}
+		r := &reporter{t: t}
+		outputs := map[string][]row{}
+		rows := c.rows(c.output)
+		for _, o := range rows {
+			key := o.Metadata[correlationKey]
+			outputs[key] = append(outputs[key], o)
+		}
+		repeats := 0
+		for _, key := range w.keys {
+			outs := outputs[key]
+			delete(outputs, key)
+			if len(outs) == 0 {
+				r.errorf("group %s was not released", key)
+				continue
+			}
+			ids := map[string]bool{}
+			for _, o := range outs {
+				ids[o.UUID] = true
+				checkAggregate(r, key, w.msgs[key], o)
+			}
+			if len(ids) != 1 {
+				r.errorf("group %s was released %d times: output UUIDs %v", key, len(ids), keysOf(ids))
+			}
+			repeats += len(outs) - len(ids)
+			if strict && len(outs) != 1 {
+				r.errorf("group %s: %d output rows with an outbox store, want exactly one", key, len(outs))
+			}
+		}
+		for key, outs := range outputs {
+			r.errorf("%d outputs for %q, which is no group of the input", len(outs), key)
+		}
+		if strict && len(rows) != groups {
+			r.errorf("%d output rows with an outbox store, want exactly %d", len(rows), groups)
+		}
+		r.done()
+		discardRepeats := checkDiscards(t, c, aggregator.DiscardReasonKey, lateDiscards(late))
+
+		mode := "at least once: repeats of an output UUID allowed"
+		if strict {
+			mode = "outbox: exactly once"
+		}
+		t.Logf("aggregator cluster (%s): %d deliveries (%d duplicates) of %d messages in %d groups, all released after %v; "+
+			"%d output rows for %d groups, %d repeated output rows; %d late messages discarded (%d discarded again), "+
+			"%d redeliveries of released messages ignored; %d handler calls succeeded, %d failed and were redelivered; total %v",
+			mode, len(w.deliveries), w.duplicates, groups*size, groups, finished, len(rows), groups, repeats,
+			len(late), discardRepeats, len(msgs)-len(late), handled, failed, c.elapsed())
+	})
 }
 
 // checkAggregate checks that the output o of group key holds the payloads

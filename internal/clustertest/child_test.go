@@ -74,6 +74,8 @@ type childConfig struct {
 	Discard   string
 	Handlers  int // consumer handlers in the router, each with a subscriber of its own
 	BatchSize int // the subscribers' SubscribeBatchSize
+	// StoreLocks leaves the handlers' Locks nil: the store locks groups.
+	StoreLocks bool
 }
 
 // queueSchema is watermill-sql's PostgreSQLQueueSchema made fit for
@@ -238,7 +240,13 @@ func runChild(cfg childConfig) error {
 	// kept: by default database/sql keeps two, and opening a PostgreSQL
 	// connection for every other statement would cost more than the
 	// statements.
+	// With the store's group locks (StoreLocks) a handler's step holds a
+	// connection for its transaction while it publishes discards through
+	// the router's publisher on another: one more per handler.
 	conns := 2*cfg.Handlers + 2
+	if cfg.StoreLocks {
+		conns += cfg.Handlers
+	}
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
 
@@ -290,6 +298,10 @@ func runChild(cfg childConfig) error {
 			return out, err
 		}
 	})
+	var groupLocks registry.LockRegistry = locks
+	if cfg.StoreLocks {
+		groupLocks = nil // the SQL store's row locks
+	}
 	for h := range cfg.Handlers {
 		sub, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(db), subscriberConfig(schema), logger)
 		if err != nil {
@@ -300,7 +312,7 @@ func runChild(cfg childConfig) error {
 		case kindAggregator:
 			a, err := aggregator.New(aggregator.Config{
 				Publisher: pub, OutputTopic: cfg.Output, DiscardTopic: cfg.Discard,
-				Store: store, Locks: locks, LockTimeout: lockTimeout, Logger: logger,
+				Store: store, Locks: groupLocks, LockTimeout: lockTimeout, Logger: logger,
 			})
 			if err != nil {
 				return err
@@ -309,7 +321,7 @@ func runChild(cfg childConfig) error {
 		case kindResequencer:
 			r, err := resequencer.New(resequencer.Config{
 				Publisher: pub, OutputTopic: cfg.Output, DiscardTopic: cfg.Discard,
-				Store: store, Locks: locks, LockTimeout: lockTimeout, Logger: logger,
+				Store: store, Locks: groupLocks, LockTimeout: lockTimeout, Logger: logger,
 				ReleasePartialSequences: true,
 			})
 			if err != nil {

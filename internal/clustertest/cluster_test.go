@@ -27,6 +27,24 @@ type clusterConfig struct {
 	Children  int    // routers, one per child process
 	Handlers  int    // consumer handlers per router
 	BatchSize int    // messages per subscriber transaction
+	// StoreLocks leaves the handlers' Config.Locks nil: the SQL store
+	// locks each group with its row lock in its own transactions, instead
+	// of a lease in the lock table.
+	StoreLocks bool
+}
+
+// forEachGroupLock runs test on cfg as a subtest per group lock: "registry"
+// (a lease in the lock table) and "store" (the group row's lock in the
+// store's transactions).
+func forEachGroupLock(t *testing.T, cfg clusterConfig, test func(t *testing.T, cfg clusterConfig)) {
+	for _, store := range []bool{false, true} {
+		name := "registry"
+		if store {
+			name = "store"
+		}
+		cfg.StoreLocks = store
+		t.Run(name, func(t *testing.T) { test(t, cfg) })
+	}
 }
 
 // defaultCluster is the cluster both tests run: four routers of four
@@ -109,7 +127,7 @@ func startCluster(t *testing.T, db *sql.DB, dsn string, cfg clusterConfig) *clus
 		c.children = append(c.children, c.startChild(childConfig{
 			Kind: cfg.Kind, Index: i, DSN: dsn, Region: c.region,
 			Input: c.input, Output: c.output, Discard: c.discard,
-			Handlers: cfg.Handlers, BatchSize: cfg.BatchSize,
+			Handlers: cfg.Handlers, BatchSize: cfg.BatchSize, StoreLocks: cfg.StoreLocks,
 		}))
 	}
 	deadline := time.After(time.Minute)

@@ -31,83 +31,85 @@ import (
 // twins that lost and the late messages published after every group
 // completed (a new message for a number of each of some groups, "late").
 func TestResequencerClusterReleasesEveryGroupCompleteAndInOrderDespiteAKilledMember(t *testing.T) {
-	db, dsn := requirePostgres(t)
-	groups, size, lateN := 500, 40, 100
-	if testing.Short() {
-		groups, lateN = 50, 20
-	}
-	total := groups * size
-	w := newWorkload(t, groups, size, 0.15, 0.02)
-	c := startCluster(t, db, dsn, defaultCluster(kindResequencer))
-	c.publish(w.deliveries)
-	t.Logf("%v: published %d deliveries of %d messages (%d duplicates)", c.elapsed(), len(w.deliveries), total, w.duplicates)
-
-	// With shuffled input a group releases little until most of its
-	// messages arrived (30 % of the messages are released only once some
-	// 90 % of the deliveries were handled), so the kill comes when half of
-	// the deliveries were acked, while runs of every length are released.
-	released := func() int { return c.count(`SELECT COUNT(DISTINCT uuid) FROM ` + c.table(c.output)) }
-	c.waitFor("half of the deliveries acked", 3*time.Minute,
-		c.progress("messages", total, released, func(_, pending int) bool { return 2*pending <= c.published }))
-	c.kill(0)
-	c.waitFor("every message released", 3*time.Minute,
-		c.progress("messages", total, released, func(n, _ int) bool { return n == total }))
-	finished := c.elapsed()
-
-	late, msgs := w.late(lateN, func(string) int { return 1 + w.rng.IntN(size) })
-	c.publish(msgs)
-	c.waitForLate(late)
-	c.stop()
-	handled, failed := c.logChildren()
-
-	strict := transactionalOutput
-	if c.outbox() != strict {
-		t.Errorf("the children report outbox stores: %t, want %t", c.outbox(), strict)
-	}
-	r := &reporter{t: t}
-	outputs := map[string][]row{}
-	rows := c.rows(c.output)
-	for _, o := range rows {
-		key := o.Metadata[correlationKey]
-		outputs[key] = append(outputs[key], o)
-	}
-	repeats := 0
-	discards := lateDiscards(late)
-	for _, key := range w.keys {
-		outs := outputs[key]
-		delete(outputs, key)
-		n, released := checkSequence(r, key, w.msgs[key], w.twins[key], outs)
-		repeats += n
-		for seq, twin := range w.twins[key] {
-			loser := twin
-			if released[seq] == twin.ID {
-				loser = w.msgs[key][seq-1]
-			}
-			discards = append(discards, discardWant{loser, []string{"duplicate", "late"}})
+	forEachGroupLock(t, defaultCluster(kindResequencer), func(t *testing.T, cfg clusterConfig) {
+		db, dsn := requirePostgres(t)
+		groups, size, lateN := 500, 40, 100
+		if testing.Short() {
+			groups, lateN = 50, 20
 		}
-	}
-	for key, outs := range outputs {
-		r.errorf("%d outputs for %q, which is no group of the input", len(outs), key)
-	}
-	if strict && repeats > 0 {
-		r.errorf("%d output rows repeat an earlier output's UUID with an outbox store, want none", repeats)
-	}
-	if strict && len(rows) != total {
-		r.errorf("%d output rows with an outbox store, want exactly %d", len(rows), total)
-	}
-	r.done()
-	discardRepeats := checkDiscards(t, c, resequencer.DiscardReasonKey, discards)
+		total := groups * size
+		w := newWorkload(t, groups, size, 0.15, 0.02)
+		c := startCluster(t, db, dsn, cfg)
+		c.publish(w.deliveries)
+		t.Logf("%v: published %d deliveries of %d messages (%d duplicates)", c.elapsed(), len(w.deliveries), total, w.duplicates)
 
-	mode := "at least once: repeats of an output UUID allowed"
-	if strict {
-		mode = "outbox: exactly once"
-	}
-	t.Logf("resequencer cluster (%s): %d deliveries (%d duplicates) of %d messages and %d twins in %d groups, "+
-		"all released after %v; %d output rows, %d of them repeats of an earlier UUID; %d twins and %d late messages "+
-		"discarded (%d discarded again), %d redeliveries of released messages ignored; %d handler calls succeeded, "+
-		"%d failed and were redelivered; total %v",
-		mode, len(w.deliveries), w.duplicates, total, w.twinCount, groups, finished, len(rows), repeats,
-		w.twinCount, len(late), discardRepeats, len(msgs)-len(late), handled, failed, c.elapsed())
+		// With shuffled input a group releases little until most of its
+		// messages arrived (30 % of the messages are released only once some
+		// 90 % of the deliveries were handled), so the kill comes when half of
+		// the deliveries were acked, while runs of every length are released.
+		released := func() int { return c.count(`SELECT COUNT(DISTINCT uuid) FROM ` + c.table(c.output)) }
+		c.waitFor("half of the deliveries acked", 3*time.Minute,
+			c.progress("messages", total, released, func(_, pending int) bool { return 2*pending <= c.published }))
+		c.kill(0)
+		c.waitFor("every message released", 3*time.Minute,
+			c.progress("messages", total, released, func(n, _ int) bool { return n == total }))
+		finished := c.elapsed()
+
+		late, msgs := w.late(lateN, func(string) int { return 1 + w.rng.IntN(size) })
+		c.publish(msgs)
+		c.waitForLate(late)
+		c.stop()
+		handled, failed := c.logChildren()
+
+		strict := transactionalOutput
+		if c.outbox() != strict {
+			t.Errorf("the children report outbox stores: %t, want %t", c.outbox(), strict)
+		}
+		r := &reporter{t: t}
+		outputs := map[string][]row{}
+		rows := c.rows(c.output)
+		for _, o := range rows {
+			key := o.Metadata[correlationKey]
+			outputs[key] = append(outputs[key], o)
+		}
+		repeats := 0
+		discards := lateDiscards(late)
+		for _, key := range w.keys {
+			outs := outputs[key]
+			delete(outputs, key)
+			n, released := checkSequence(r, key, w.msgs[key], w.twins[key], outs)
+			repeats += n
+			for seq, twin := range w.twins[key] {
+				loser := twin
+				if released[seq] == twin.ID {
+					loser = w.msgs[key][seq-1]
+				}
+				discards = append(discards, discardWant{loser, []string{"duplicate", "late"}})
+			}
+		}
+		for key, outs := range outputs {
+			r.errorf("%d outputs for %q, which is no group of the input", len(outs), key)
+		}
+		if strict && repeats > 0 {
+			r.errorf("%d output rows repeat an earlier output's UUID with an outbox store, want none", repeats)
+		}
+		if strict && len(rows) != total {
+			r.errorf("%d output rows with an outbox store, want exactly %d", len(rows), total)
+		}
+		r.done()
+		discardRepeats := checkDiscards(t, c, resequencer.DiscardReasonKey, discards)
+
+		mode := "at least once: repeats of an output UUID allowed"
+		if strict {
+			mode = "outbox: exactly once"
+		}
+		t.Logf("resequencer cluster (%s): %d deliveries (%d duplicates) of %d messages and %d twins in %d groups, "+
+			"all released after %v; %d output rows, %d of them repeats of an earlier UUID; %d twins and %d late messages "+
+			"discarded (%d discarded again), %d redeliveries of released messages ignored; %d handler calls succeeded, "+
+			"%d failed and were redelivered; total %v",
+			mode, len(w.deliveries), w.duplicates, total, w.twinCount, groups, finished, len(rows), repeats,
+			w.twinCount, len(late), discardRepeats, len(msgs)-len(late), handled, failed, c.elapsed())
+	})
 }
 
 // checkSequence checks the outputs of group key, in offset order: after

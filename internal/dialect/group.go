@@ -37,6 +37,16 @@ type GroupSQL struct {
 	// InsertMessage adds the row of :message_key to the group unless the
 	// group has it; it affects no row then.
 	InsertMessage string
+	// AddMessage, where set (PostgreSQL), is the whole of an Add in one
+	// statement, without and with a timeout (:timeout): it locks the group
+	// row, inserts the message unless the group has it or is complete,
+	// creates or updates the group and returns its GroupColumns after the
+	// call and ADDED, 1 if the message was inserted, else 0.
+	AddMessage [2]string
+	// LockRow locks the row of the group :group_key for the transaction,
+	// if there is one: a SELECT ... FOR UPDATE, or on SQLite a write that
+	// changes nothing, which takes the database's write lock.
+	LockRow string
 	// ClaimDue claims up to :limit due groups for :lease in one statement
 	// and returns CORRELATION_KEY, GROUP_KEY, VERSION, DUE_AT of each;
 	// where it is "" the store selects due groups and claims each with a
@@ -71,6 +81,39 @@ const (
 		`RETURNING ` + GroupColumns
 	insertMessageUnlessThere = insertMessage + `ON CONFLICT (GROUP_KEY, REGION, MESSAGE_KEY) DO NOTHING`
 )
+
+// addMessage returns PostgreSQL's one-statement Add (GroupSQL.AddMessage),
+// with a timeout if due. l locks the existing group row; its condition is
+// checked again on the row's latest version once the lock is granted, so
+// m sees whether the group is complete as it is now, and a message whose
+// row exists (or is being inserted) adds nothing. g creates the group or
+// counts the message in it: an update of the row l locked, in the same
+// statement, of which only g writes. A group that gained the message falls
+// due :timeout from now, its claim ended.
+func addMessage(due bool) string {
+	const added = `(SELECT COUNT(*) FROM m)`
+	dueCol, dueVal, dueSet := "", "", ""
+	if due {
+		dueCol, dueVal = `, DUE_AT`, `, {now+:timeout}`
+		dueSet = `, DUE_AT = CASE WHEN excluded.VERSION > 0 THEN {now+:timeout} ELSE t.DUE_AT END, ` +
+			`CLAIMED_UNTIL = CASE WHEN excluded.VERSION > 0 THEN NULL ELSE t.CLAIMED_UNTIL END`
+	}
+	return `WITH l AS (SELECT COMPLETE, LAST_POSITION FROM {prefix}GROUP WHERE GROUP_KEY = :group_key AND REGION = :region FOR UPDATE), ` +
+		`m AS (INSERT INTO {prefix}GROUP_MESSAGE (GROUP_KEY, REGION, MESSAGE_KEY, MESSAGE_ID, POSITION, RELEASED, METADATA, PAYLOAD, CREATED_DATE) ` +
+		`SELECT :group_key, :region, :message_key, :message_id, COALESCE((SELECT LAST_POSITION FROM l), 0) + 1, 0, :metadata, :payload, {now} ` +
+		`WHERE NOT EXISTS (SELECT 1 FROM l WHERE COMPLETE <> 0) ON CONFLICT (GROUP_KEY, REGION, MESSAGE_KEY) DO NOTHING RETURNING 1), ` +
+		`g AS (INSERT INTO {prefix}GROUP AS t (GROUP_KEY, REGION, CORRELATION_KEY, GROUP_ID, COMPLETE, LAST_RELEASED_SEQUENCE, ` +
+		`RELEASES, MESSAGE_COUNT, LAST_POSITION, VERSION, CREATED_DATE, UPDATED_DATE` + dueCol + `) ` +
+		`VALUES (:group_key, :region, :correlation_key, :group_id, 0, 0, 0, ` + added + `, ` + added + `, ` + added + `, {now}, {now}` + dueVal + `) ` +
+		`ON CONFLICT (GROUP_KEY, REGION) DO UPDATE SET MESSAGE_COUNT = t.MESSAGE_COUNT + excluded.MESSAGE_COUNT, ` +
+		`LAST_POSITION = t.LAST_POSITION + excluded.LAST_POSITION, VERSION = t.VERSION + excluded.VERSION, ` +
+		`UPDATED_DATE = CASE WHEN excluded.VERSION > 0 THEN {now} ELSE t.UPDATED_DATE END` + dueSet +
+		` RETURNING ` + GroupColumns + `) ` +
+		`SELECT ` + GroupColumns + `, ` + added + ` AS ADDED FROM g`
+}
+
+// lockRowForUpdate is GroupSQL.LockRow where rows lock (PostgreSQL, MySQL).
+const lockRowForUpdate = `SELECT VERSION FROM {prefix}GROUP WHERE GROUP_KEY = :group_key AND REGION = :region FOR UPDATE`
 
 // DueGroup is the condition on a group that is due and not claimed.
 const DueGroup = `DUE_AT <= {now} AND (CLAIMED_UNTIL IS NULL OR CLAIMED_UNTIL <= {now})`

@@ -63,6 +63,7 @@ var MySQL = register(&Dialect{
 		LockGroup: `SELECT ` + GroupColumns + ` FROM {prefix}GROUP WHERE GROUP_KEY = :group_key AND REGION = :region ` +
 			`FOR UPDATE`,
 		InsertMessage: insertMessage + `ON DUPLICATE KEY UPDATE MESSAGE_KEY = MESSAGE_KEY`,
+		LockRow:       lockRowForUpdate,
 		// Without an index that finds finished groups, a DELETE ... LIMIT
 		// would lock every row it passes under REPEATABLE READ, so a
 		// consistent read selects them and the DELETEs name them, checking

@@ -97,6 +97,8 @@ var Postgres = register(&Dialect{
 	Group: GroupSQL{
 		Upsert:        upsertGroupReturning,
 		InsertMessage: insertMessageUnlessThere,
+		AddMessage:    [2]string{addMessage(false), addMessage(true)},
+		LockRow:       lockRowForUpdate,
 		ClaimDue: `UPDATE {prefix}GROUP SET CLAIMED_UNTIL = {now+:lease} WHERE (GROUP_KEY, REGION) IN (` +
 			`SELECT GROUP_KEY, REGION FROM {prefix}GROUP WHERE REGION = :region AND ` + DueGroup +
 			` ORDER BY DUE_AT LIMIT :limit FOR UPDATE SKIP LOCKED) RETURNING CORRELATION_KEY, GROUP_KEY, VERSION, DUE_AT`,

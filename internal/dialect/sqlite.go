@@ -62,6 +62,7 @@ var SQLite = register(&Dialect{
 	Group: GroupSQL{
 		Upsert:        upsertGroupReturning,
 		InsertMessage: insertMessageUnlessThere,
+		LockRow:       `UPDATE {prefix}GROUP SET VERSION = VERSION WHERE GROUP_KEY = :group_key AND REGION = :region`,
 		SweepMessages: `DELETE FROM {prefix}GROUP_MESSAGE WHERE rowid IN (SELECT m.rowid FROM {prefix}GROUP_MESSAGE m ` +
 			`JOIN {prefix}GROUP g ON g.GROUP_KEY = m.GROUP_KEY AND g.REGION = m.REGION WHERE ` + finished("g") + ` LIMIT :batch)`,
 		SweepGroups: `DELETE FROM {prefix}GROUP WHERE rowid IN (SELECT g.rowid FROM {prefix}GROUP g WHERE ` + finished("g") +

@@ -53,7 +53,7 @@ func (c *Core) Close(ctx context.Context, sg groupstore.Group, retry time.Durati
 	if err := c.checkHold(ctx, "closing", sg.Key); err != nil {
 		return sg, err
 	}
-	if err := c.s.Store.Update(ctx, sg.Key, groupstore.Update{IfVersion: sg.Version, Complete: true, Timeout: retry}); err != nil {
+	if err := c.store(ctx).Update(ctx, sg.Key, groupstore.Update{IfVersion: sg.Version, Complete: true, Timeout: retry}); err != nil {
 		return sg, fmt.Errorf("%s: closing group %q: %w", c.kind.Name, sg.Key, err)
 	}
 	sg.Version++

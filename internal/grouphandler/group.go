@@ -26,7 +26,7 @@ func (c *Core) Add(ctx context.Context, key, id string, msg *message.Message) (g
 	if err := c.checkHold(ctx, "adding to", key); err != nil {
 		return g, false, err
 	}
-	g, outcome, err := c.s.Store.Add(ctx, key, groupstore.Message{UUID: id, Metadata: msg.Metadata, Payload: msg.Payload}, c.s.GroupTimeout)
+	g, outcome, err := c.store(ctx).Add(ctx, key, groupstore.Message{UUID: id, Metadata: msg.Metadata, Payload: msg.Payload}, c.s.GroupTimeout)
 	if err != nil {
 		return g, false, fmt.Errorf("%s: adding message %s to group %q: %w", c.kind.Name, msg.UUID, key, err)
 	}
@@ -46,9 +46,38 @@ func (c *Core) Add(ctx context.Context, key, id string, msg *message.Message) (g
 	return g, true, nil
 }
 
+// AddThen adds msg, identified by id, to group key as Add does and, if
+// the handler is to look at the group and need(added) says the group may
+// have to change, calls then under the group lock with the group as Add
+// left it. With a registry (Settings.Locks) the Add runs under the same
+// hold as then. Where the store locks groups itself (a groupstore.Locker
+// and no Locks), the Add is a call of its own and then runs in a Locked
+// call only if need says so: a message that cannot complete its group
+// costs its Add alone, one statement on PostgreSQL. then must read the
+// group again before it decides, as another Add may have come in between
+// (and a release: a group read complete is done).
+func (c *Core) AddThen(ctx context.Context, key, id string, msg *message.Message,
+	need func(added groupstore.Group) bool, then func(ctx context.Context, added groupstore.Group) error) error {
+	if c.locker == nil {
+		return c.WithLock(ctx, key, func(lctx context.Context) error {
+			added, look, err := c.Add(lctx, key, id, msg)
+			if err != nil || !look || !need(added) {
+				return err
+			}
+			return then(lctx, added)
+		})
+	}
+	groupSpan(ctx, key)
+	added, look, err := c.Add(ctx, key, id, msg)
+	if err != nil || !look || !need(added) {
+		return err
+	}
+	return c.WithLock(ctx, key, func(lctx context.Context) error { return then(lctx, added) })
+}
+
 // Get reads group key.
 func (c *Core) Get(ctx context.Context, key string) (groupstore.Group, error) {
-	sg, err := c.s.Store.Get(ctx, key)
+	sg, err := c.store(ctx).Get(ctx, key)
 	if err != nil {
 		return sg, fmt.Errorf("%s: reading group %q: %w", c.kind.Name, key, err)
 	}
@@ -80,7 +109,7 @@ func (c *Core) Commit(ctx context.Context, sg groupstore.Group, u groupstore.Upd
 	if err := c.checkHold(ctx, "releasing", sg.Key); err != nil {
 		return err
 	}
-	if ob, ok := c.s.Store.(groupstore.Outbox); ok && len(outs) > 0 {
+	if ob, ok := c.store(ctx).(groupstore.Outbox); ok && len(outs) > 0 {
 		if remove {
 			u = groupstore.Update{IfVersion: sg.Version, ReleaseAll: true, Complete: true, Timeout: time.Microsecond}
 		}
@@ -106,9 +135,9 @@ func (c *Core) Commit(ctx context.Context, sg groupstore.Group, u groupstore.Upd
 	}
 	var err error
 	if remove {
-		err = c.s.Store.Remove(ctx, sg.Key, sg.Version)
+		err = c.store(ctx).Remove(ctx, sg.Key, sg.Version)
 	} else {
-		err = c.s.Store.Update(ctx, sg.Key, u)
+		err = c.store(ctx).Update(ctx, sg.Key, u)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: recording the release of group %q: %w", c.kind.Name, sg.Key, err)
@@ -141,7 +170,7 @@ func (c *Core) Remove(ctx context.Context, sg groupstore.Group) error {
 	if err := c.checkHold(ctx, "removing", sg.Key); err != nil {
 		return err
 	}
-	err := c.s.Store.Remove(ctx, sg.Key, sg.Version)
+	err := c.store(ctx).Remove(ctx, sg.Key, sg.Version)
 	if err != nil && !errors.Is(err, groupstore.ErrNotFound) {
 		return fmt.Errorf("%s: removing group %q: %w", c.kind.Name, sg.Key, err)
 	}
@@ -196,7 +225,7 @@ func (c *Core) Drop(ctx context.Context, sg groupstore.Group, misfits []*message
 	if err := c.checkHold(ctx, "dropping misfits from", sg.Key); err != nil {
 		return sg, err
 	}
-	if err := c.s.Store.Update(ctx, sg.Key, groupstore.Update{IfVersion: sg.Version, Release: ids}); err != nil {
+	if err := c.store(ctx).Update(ctx, sg.Key, groupstore.Update{IfVersion: sg.Version, Release: ids}); err != nil {
 		return sg, fmt.Errorf("%s: dropping %d misfit(s) from group %q: %w", c.kind.Name, len(ids), sg.Key, err)
 	}
 	kept := make([]groupstore.Message, 0, len(sg.Messages)-len(ids))

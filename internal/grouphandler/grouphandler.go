@@ -23,6 +23,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
+	"github.com/lockreg/lockreg/groupstore"
 	tel "github.com/lockreg/lockreg/internal/telemetry"
 	"github.com/lockreg/lockreg/registry"
 )
@@ -68,6 +69,11 @@ type Core struct {
 	// before the handler does, so no lock guards it.
 	logger watermill.LoggerAdapter
 
+	// locker is the store, when it locks groups itself and no registry
+	// was given (Settings.Locks nil): WithLock then runs work in its
+	// Locked calls instead of under a registry lease.
+	locker groupstore.Locker
+
 	// watch ends the work of holds whose group lock was lost.
 	watch watcher
 
@@ -92,7 +98,8 @@ func New(k Kind, s Settings) *Core {
 		e.NoCorrelationKey == nil || e.NoMessageID == nil || e.LockTimeout == nil || e.LockLost == nil {
 		panic(fmt.Sprintf("grouphandler: incomplete kind %+v", k))
 	}
-	defaults := defaultsNote(k.Name, s.Store == nil, s.Locks == nil)
+	_, storeLocks := s.Store.(groupstore.Locker)
+	defaults := defaultsNote(k.Name, s.Store == nil, s.Locks == nil && !storeLocks)
 	s.setDefaults(k.Defaults)
 	logger := s.Logger
 	if logger == nil {
@@ -104,7 +111,12 @@ func New(k Kind, s Settings) *Core {
 	}
 	t := newTelemetry(k.Name, s)
 	s.Store = timed(s.Store, t)
+	var locker groupstore.Locker
+	if s.Locks == nil { // setDefaults left it so: the store locks groups itself
+		locker = s.Store.(groupstore.Locker)
+	}
 	return &Core{
+		locker:   locker,
 		kind:     k,
 		s:        s,
 		tel:      t,

@@ -8,11 +8,20 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/lockreg/lockreg/groupstore"
 )
 
 // WithLock runs work on group key under the group lock, waiting for the
 // lock at most Settings.LockTimeout, and returns work's error, or an error
 // wrapping Errors.LockTimeout if the lock was not taken in time.
+//
+// Where the store locks groups itself (Core.locker), the lock is the
+// store's: work runs in a Locked call, and the Core's store calls on
+// work's context run in its transaction; the group's row lock is held
+// until it commits, and its wait is bounded only by ctx (a row lock lasts
+// one transaction, not a lease, so a dead holder's ends with its
+// connection). Otherwise it is a registry lease:
 //
 // The hold is watched ([registry.Lock.Done]): once it ends or may have
 // ended, the Core's methods publish and record nothing more (they check
@@ -30,6 +39,11 @@ func (c *Core) WithLock(ctx context.Context, key string, work func(context.Conte
 // withLock is WithLock with a wait of its own.
 func (c *Core) withLock(ctx context.Context, key string, wait time.Duration, work func(context.Context) error) error {
 	groupSpan(ctx, key)
+	if c.locker != nil {
+		return c.locker.Locked(ctx, key, func(tctx context.Context, tx groupstore.Store) error {
+			return work(context.WithValue(tctx, txKey{}, tx))
+		})
+	}
 	l := c.s.Locks.Obtain(c.s.LockPrefix + key)
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	ok, err := l.TryLockContext(wctx)
@@ -57,6 +71,19 @@ func (c *Core) withLock(ctx context.Context, key string, wait time.Duration, wor
 		err = fmt.Errorf("%w: %w", h.cause, err)
 	}
 	return err
+}
+
+// txKey is the context key of the store of a Locked call (see WithLock).
+type txKey struct{}
+
+// store returns the store to call on ctx: that of the Locked call ctx is
+// in, if any, so that the call runs in its transaction, else the
+// handler's.
+func (c *Core) store(ctx context.Context) groupstore.Store {
+	if tx, ok := ctx.Value(txKey{}).(groupstore.Store); ok {
+		return tx
+	}
+	return c.s.Store
 }
 
 // hold is the context of work under a group lock: a child of the caller's

@@ -52,7 +52,7 @@ func (c *Core) expireWait() time.Duration {
 // expireDue claims and expires due groups until none is left or ctx ends.
 func (c *Core) expireDue(ctx context.Context, expire func(context.Context, groupstore.Group) error) {
 	for ctx.Err() == nil {
-		claims, err := c.s.Store.ClaimDue(ctx, claimBatch, c.claimLease())
+		claims, err := c.store(ctx).ClaimDue(ctx, claimBatch, c.claimLease())
 		if err != nil {
 			if ctx.Err() == nil {
 				c.repeated("claim", "Claiming due groups failed", err, watermill.LogFields{})

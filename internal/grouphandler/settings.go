@@ -54,8 +54,8 @@ func (s *Settings) setDefaults(d Defaults) {
 	if s.Store == nil {
 		s.Store = groupstore.NewMemory()
 	}
-	if s.Locks == nil {
-		s.Locks = newLocal()
+	if _, ok := s.Store.(groupstore.Locker); s.Locks == nil && !ok {
+		s.Locks = newLocal() // a store that cannot lock its groups: in-process locks
 	}
 	if s.LockPrefix == "" {
 		s.LockPrefix = d.LockPrefix

@@ -19,10 +19,11 @@ const (
 	opRemove
 	opClaimDue
 	opUpdatePublish
+	opLocked
 	nOps
 )
 
-var opNames = [nOps]string{"add", "get", "update", "remove", "claim_due", "update_publish"}
+var opNames = [nOps]string{"add", "get", "update", "remove", "claim_due", "update_publish", "locked"}
 
 // timedStore records the duration of each call of a group store.
 type timedStore struct {
@@ -37,8 +38,22 @@ type timedOutbox struct {
 	ob groupstore.Outbox
 }
 
+// timedLocker is a timedStore of a Locker: it times each Locked call as a
+// whole and the calls of the store fn gets.
+type timedLocker struct {
+	*timedStore
+	l groupstore.Locker
+}
+
+// timedLockerOutbox is a timedLocker of an Outbox.
+type timedLockerOutbox struct {
+	timedOutbox
+	l groupstore.Locker
+}
+
 // timed returns s recording its durations with t's instruments, an
-// Outbox if s is one; s itself without instruments.
+// Outbox if s is one and a Locker if s is one; s itself without
+// instruments.
 func timed(s groupstore.Store, t *handlerTel) groupstore.Store {
 	if t.metrics() == nil {
 		return s
@@ -50,10 +65,38 @@ func timed(s groupstore.Store, t *handlerTel) groupstore.Store {
 			t.with(tel.Operation.String(name), tel.Outcome.String("error")),
 		}
 	}
-	if ob, ok := s.(groupstore.Outbox); ok {
+	return ts.like(s)
+}
+
+// like returns ts's instruments on s, an Outbox and a Locker as s is.
+func (ts *timedStore) like(s groupstore.Store) groupstore.Store {
+	ts = &timedStore{Store: s, t: ts.t, attrs: ts.attrs}
+	ob, isOutbox := s.(groupstore.Outbox)
+	l, isLocker := s.(groupstore.Locker)
+	switch {
+	case isOutbox && isLocker:
+		return timedLockerOutbox{timedOutbox{ts, ob}, l}
+	case isOutbox:
 		return timedOutbox{ts, ob}
+	case isLocker:
+		return timedLocker{ts, l}
 	}
 	return ts
+}
+
+func (ts *timedStore) locked(ctx context.Context, l groupstore.Locker, key string, fn func(context.Context, groupstore.Store) error) error {
+	start := time.Now()
+	err := l.Locked(ctx, key, func(ctx context.Context, tx groupstore.Store) error { return fn(ctx, ts.like(tx)) })
+	ts.record(ctx, opLocked, start, err)
+	return err
+}
+
+func (s timedLocker) Locked(ctx context.Context, key string, fn func(context.Context, groupstore.Store) error) error {
+	return s.locked(ctx, s.l, key, fn)
+}
+
+func (s timedLockerOutbox) Locked(ctx context.Context, key string, fn func(context.Context, groupstore.Store) error) error {
+	return s.locked(ctx, s.l, key, fn)
 }
 
 func (s *timedStore) record(ctx context.Context, op int, start time.Time, err error) {

@@ -52,7 +52,7 @@ func (c *Core) Reschedule(ctx context.Context, sg groupstore.Group, s Schedule) 
 	}
 	u := s.Update
 	u.IfVersion = sg.Version
-	if err := c.s.Store.Update(ctx, sg.Key, u); err != nil {
+	if err := c.store(ctx).Update(ctx, sg.Key, u); err != nil {
 		return fmt.Errorf("%s: scheduling the timeout of group %q: %w", c.kind.Name, sg.Key, err)
 	}
 	return nil
