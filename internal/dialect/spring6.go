@@ -37,13 +37,13 @@ func (d *Dialect) Spring6Lock() LockSQL {
 
 // The statements of a Spring 5.4-6.x table common to all dialects. A
 // release expires the row in place, keeping its token for the next
-// holder: bound with :ttl the table TTL plus a millisecond, it sets
+// holder: with :wait, the table TTL plus a millisecond, it sets
 // CREATED_DATE just past the expiry (Spring's unlock deletes the row
 // instead; either way Spring's UPDATE takes it).
 const (
-	Spring6Release = `UPDATE {prefix}LOCK SET CREATED_DATE = {now-:ttl} ` +
+	Spring6Release = `UPDATE {prefix}LOCK SET CREATED_DATE = {now-:wait} ` +
 		`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`
-	Spring6ExpireMine = `UPDATE {prefix}LOCK SET CREATED_DATE = {now-:ttl} ` +
+	Spring6ExpireMine = `UPDATE {prefix}LOCK SET CREATED_DATE = {now-:wait} ` +
 		`WHERE REGION = :region AND CLIENT_ID = :client_id AND CREATED_DATE >= {now-:ttl}`
 	Spring6SelectMine = `SELECT LOCK_KEY FROM {prefix}LOCK WHERE REGION = :region AND CLIENT_ID = :client_id AND CREATED_DATE >= {now-:ttl}`
 	// Spring6CheckLock reads no rows but fails unless the table, Spring
