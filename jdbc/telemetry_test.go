@@ -71,6 +71,14 @@ func TestMetricsCountAHandOff(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer r2.Close(context.Background())
+		// The listener wakes every waiter once it first listens: started
+		// here, that wake-up cannot send the waiter below to ask a third
+		// time while the release hands it the lease, which it would then
+		// take with its own statement, not as a hand-off.
+		ready := make(chan struct{}, 1)
+		stop := repo2.Notify("other", ready)
+		defer stop()
+		<-ready
 		l1 := r1.Obtain("k")
 		if err := l1.LockContext(t.Context()); err != nil {
 			t.Fatal(err)
