@@ -46,7 +46,11 @@
 // does not support, the upsert. Renew is ShedLock's extend (lock_until =
 // now + lockAtMostFor where locked_by is ours and lock_until > now), Release
 // and ReleaseAfter its unlock (lock_until = max(now, acquired +
-// lockAtLeastFor) where locked_by is ours). Rows are never deleted, as
+// lockAtLeastFor) where locked_by is ours); on MySQL/MariaDB, whose Go
+// driver counts changed rows where ShedLock's Connector/J counts matched
+// ones, an extend or unlock that changed nothing (it wrote the values the
+// row had) is followed by a SELECT of the rows it matched, so that it is
+// not taken for a lost lock. Rows are never deleted, as
 // ShedLock requires. Every statement runs on its own, in no explicit
 // transaction, as ShedLock's REQUIRES_NEW transactions do.
 //

@@ -148,6 +148,18 @@ func (r *Repository) exec(ctx context.Context, q dialect.Query, args []any) (int
 	return dialect.Count(r.db.ExecContext(ctx, q.SQL, args...))
 }
 
+// update runs q, and when it affected no row and matched is set (MySQL,
+// see statements), returns the rows matched's query counts instead, with
+// the same arguments: one more round trip, only then.
+func (r *Repository) update(ctx context.Context, q, matched dialect.Query, args func(dialect.Query) []any) (int64, error) {
+	n, err := r.exec(ctx, q, args(q))
+	if err != nil || n > 0 || matched.SQL == "" {
+		return n, err
+	}
+	err = r.db.QueryRowContext(ctx, matched.SQL, args(matched)...).Scan(&n)
+	return n, err
+}
+
 // Acquire takes the lock named key for ttl (lockAtMostFor) if its row is
 // missing or its lock_until has passed, as ShedLock does: lock_until =
 // now + ttl, locked_at = now, locked_by = LockedBy. It reports false with a
@@ -213,7 +225,9 @@ func (r *Repository) Renew(ctx context.Context, key string, ttl time.Duration) e
 		return fmt.Errorf("%s: released: %w", what, registry.ErrLockLost)
 	}
 	at := now()
-	n, err := r.exec(ctx, r.sql.extend, r.args(r.sql.extend, key, at, at.Add(ttl), time.Time{}, ttl, 0))
+	n, err := r.update(ctx, r.sql.extend, r.sql.extendMatched, func(q dialect.Query) []any {
+		return r.args(q, key, at, at.Add(ttl), time.Time{}, ttl, 0)
+	})
 	switch {
 	case err != nil:
 		return r.wrap(ctx, what, err)
@@ -268,7 +282,9 @@ func (r *Repository) unlock(ctx context.Context, key string, atLeast time.Durati
 	if h != nil && h.at.Add(atLeast).After(at) {
 		unlockTime = h.at.Add(atLeast) // max(now, acquired + lockAtLeastFor)
 	}
-	n, err := r.exec(ctx, r.sql.unlock, r.args(r.sql.unlock, key, at, time.Time{}, unlockTime, 0, atLeast))
+	n, err := r.update(ctx, r.sql.unlock, r.sql.unlockMatched, func(q dialect.Query) []any {
+		return r.args(q, key, at, time.Time{}, unlockTime, 0, atLeast)
+	})
 	if err == nil && n == 0 {
 		err = registry.ErrLockLost
 	}

@@ -424,6 +424,25 @@ func TestReleaseAfterKeepsTheLockUntilLockAtLeastForAfterAcquisition(t *testing.
 	})
 }
 
+// lockAtLeastFor as long as lockAtMostFor, a common configuration, makes
+// the unlock write the lock_until the row has: that is a release, not a
+// lost lock (MySQL's driver counts no changed row for it).
+func TestReleaseAfterTheWholeLeaseKeepsItAndIsNoError(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
+		modes(t, func(t *testing.T, dbTime bool) {
+			table := newTable(t, db)
+			a := newRepo(t, db, shedlock.Config{Table: table, UseDBTime: dbTime})
+			if _, ok, err := a.Acquire(ctxb, "k", long); !ok || err != nil {
+				t.Fatalf("Acquire = %v, %v", ok, err)
+			}
+			if err := a.ReleaseAfter(ctxb, "k", long); err != nil {
+				t.Fatalf("ReleaseAfter(lockAtMostFor) = %v, want nil", err)
+			}
+			wantHeldFor(t, db, table, "k", long)
+		})
+	})
+}
+
 func TestReleaseAfterPastLockAtLeastForEndsTheLockNow(t *testing.T) {
 	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
 		modes(t, func(t *testing.T, dbTime bool) {

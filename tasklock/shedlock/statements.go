@@ -2,6 +2,7 @@ package shedlock
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/lockreg/lockreg/internal/dialect"
 )
@@ -92,6 +93,12 @@ func shedTemplates(d string, dbTime bool) templates {
 // statements are the compiled statements of one table.
 type statements struct {
 	acquire, insert, extend, unlock dialect.Query // insert.SQL is "" where acquire upserts
+	// On MySQL, whose driver counts changed rows (not matched ones, as
+	// Connector/J does for ShedLock), an extend or unlock that writes the
+	// values the row has (twice within a millisecond, or an unlock at the
+	// lease's own end) affects nothing: these count the rows its WHERE
+	// matches, run only then. Elsewhere they are empty.
+	extendMatched, unlockMatched dialect.Query
 }
 
 func compile(d *dialect.Dialect, table string, dbTime bool) statements {
@@ -103,7 +110,17 @@ func compile(d *dialect.Dialect, table string, dbTime bool) statements {
 		// {t} is not one of Compile's macros: the table goes in first.
 		return d.MustCompile(replaceTable(s, table), "", allParams...)
 	}
-	return statements{acquire: c(t.acquire), insert: c(t.insert), extend: c(t.extend), unlock: c(t.unlock)}
+	s := statements{acquire: c(t.acquire), insert: c(t.insert), extend: c(t.extend), unlock: c(t.unlock)}
+	if d.Name == "mysql" {
+		s.extendMatched, s.unlockMatched = c(matched(t.extend)), c(matched(t.unlock))
+	}
+	return s
+}
+
+// matched turns an UPDATE into the SELECT that counts the rows its WHERE
+// matches.
+func matched(update string) string {
+	return `SELECT COUNT(*) FROM {t}` + update[strings.LastIndex(update, " WHERE "):]
 }
 
 func replaceTable(s, table string) string {
