@@ -209,7 +209,8 @@ func (r *Repository) Acquire(ctx context.Context, key string, ttl time.Duration)
 // ShedLock's extend: lock_until = now + ttl where locked_by is this
 // client's and lock_until has not passed. It fails with an error wrapping
 // registry.ErrLockLost when the lease has expired, is another client's, or
-// was ended by ReleaseAfter. It is one UPDATE.
+// was ended by ReleaseAfter. It is one UPDATE (on MySQL, a SELECT
+// more when it changed nothing; see the package doc).
 func (r *Repository) Renew(ctx context.Context, key string, ttl time.Duration) error {
 	what := opName("renew", key)
 	if ttl <= 0 {
@@ -242,7 +243,8 @@ func (r *Repository) Renew(ctx context.Context, key string, ttl time.Duration) e
 // fails with an error wrapping registry.ErrLockLost when the row is gone
 // or is another client's, and after ReleaseAfter (which ended the lease
 // already; the row is left alone). A release that fails otherwise is
-// retried by Close. It is one UPDATE. It keeps working after Close.
+// retried by Close. It is one UPDATE (a SELECT more on MySQL when it
+// changed nothing). It keeps working after Close.
 func (r *Repository) Release(ctx context.Context, key string) error {
 	what := opName("release", key)
 	if err := checkName(key); err != nil {
@@ -311,7 +313,8 @@ func (r *Repository) unlock(ctx context.Context, key string, atLeast time.Durati
 //
 // It fails with an error wrapping registry.ErrLockLost when the row is gone
 // or another client's, and one wrapping registry.ErrInvalidTTL for a
-// negative atLeast. It is one UPDATE. It keeps working after Close.
+// negative atLeast. It is one UPDATE (a SELECT more on MySQL when it
+// changed nothing). It keeps working after Close.
 func (r *Repository) ReleaseAfter(ctx context.Context, key string, atLeast time.Duration) error {
 	what := opName("release after", key)
 	if atLeast < 0 {
