@@ -144,7 +144,7 @@ func TestAdminListsPostgresWaitersInServingOrder(t *testing.T) {
 func TestAdminWaitersElsewhereIsUnsupported(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		if db.Dialect == jdbc.Postgres {
-			t.Skip("PostgreSQL has the waiter queue")
+			t.Skip("not applicable: PostgreSQL has the waiter queue, so Waiters works there (TestAdminListsPostgresWaitersInServingOrder covers it)")
 		}
 		if _, err := newAdmin(t, db).Waiters(t.Context(), ""); !errors.Is(err, errors.ErrUnsupported) {
 			t.Fatalf("got %v, want errors.ErrUnsupported", err)

@@ -180,7 +180,7 @@ func TestCleanupOptionsMustBePositive(t *testing.T) {
 func TestCleanupDeletesLapsedPlacesInTheQueue(t *testing.T) {
 	forEachDB(t, func(t *testing.T, db testDB) {
 		if db.Dialect != jdbc.Postgres {
-			t.Skip("only PostgreSQL queues waiters")
+			t.Skip("not applicable: only PostgreSQL has a waiter queue (LOCK_WAIT) to clean")
 		}
 		region := randomRegion()
 		now := db.Now(t)

@@ -54,7 +54,7 @@ type target struct {
 func forEachBackend(t *testing.T, test func(t *testing.T, tg target)) {
 	testdb.ForEach(t, func(t *testing.T, b testdb.Backend) {
 		if b.Name == "postgres-pq" {
-			t.Skip("the command uses pgx; postgres-pgx covers PostgreSQL")
+			t.Skip("not applicable: the lockreg command always opens PostgreSQL with pgx, so the postgres-pgx subtest covers PostgreSQL")
 		}
 		tg := target{dsn: b.DSN, db: b.DB, dialect: b.Dialect,
 			prefix: "CLI" + strings.ToUpper(strings.ReplaceAll(uuid.NewString(), "-", "")[:10]) + "_"}
