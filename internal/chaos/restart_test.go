@@ -17,7 +17,9 @@ import (
 )
 
 // Restarting the database in the middle of a contended run violates
-// nothing: no update is lost, no key has two holders whose holds are both
+// nothing: every accepted update counts (a write abandoned because its
+// hold ended during the outage may count too: its reply was lost, not
+// necessarily its commit), no key has two holders whose holds are both
 // live, Lock calls blocked during the outage return once the server is
 // back, and the failures go to the registries' error handlers.
 func TestADatabaseRestartMidRunLosesNothingAndLockCallsResume(t *testing.T) {
@@ -49,7 +51,7 @@ func TestADatabaseRestartMidRunLosesNothingAndLockCallsResume(t *testing.T) {
 				r.check(t)
 				t.Logf("%s round %d: restart with %d workers on %d keys: %d acquisitions (%d after the restart), "+
 					"%d errors reported to the handlers, %d holds outlived by the outage (write abandoned after Done), "+
-					"%d unlocks falsely reporting a lost lease after a retried release; counters exact, no overlapping live holds",
+					"%d unlocks falsely reporting a lost lease after a retried release; counters count every accepted write, no overlapping live holds",
 					b.Name, round, r.workers, len(r.keys), r.acquisitions.Load(), r.acquisitions.Load()-before,
 					r.reported.Load(), r.stale.Load(), r.spuriousLost.Load())
 			}
@@ -76,6 +78,9 @@ type restartRun struct {
 	mu       sync.Mutex
 	holders  map[string]<-chan struct{} // live holders' Done by key
 	accepted map[string]int64
+	// ambiguous counts by key the holds that ended (Done) after a write
+	// whose reply was lost: that write may have committed.
+	ambiguous map[string]int64
 	// unlockRetries counts the reported retries of releases by key; a
 	// key's holds are serialized within a registry, not across them, so
 	// it may over-count, never under-count.
@@ -87,7 +92,7 @@ const restartTTL = 3 * time.Second
 
 func newRestartRun(t *testing.T, b testdb.Backend) *restartRun {
 	r := &restartRun{b: b, run: newRun(), keys: []string{"restart-a", "restart-b"},
-		stopping: make(chan struct{}), holders: map[string]<-chan struct{}{}, accepted: map[string]int64{}, unlockRetries: map[string]int{}}
+		stopping: make(chan struct{}), holders: map[string]<-chan struct{}{}, accepted: map[string]int64{}, ambiguous: map[string]int64{}, unlockRetries: map[string]int{}}
 	seedCounters(t, b, r.run, r.keys)
 	for range 3 {
 		pool := b
@@ -186,7 +191,12 @@ func (r *restartRun) hold(reg *registry.Registry, key string) error {
 			break
 		}
 		if isDone(done) {
+			// The failed attempt may have committed, its reply lost
+			// with the connection: the counter may count it.
 			r.stale.Add(1)
+			r.mu.Lock()
+			r.ambiguous[key]++
+			r.mu.Unlock()
 			werr = nil
 			break
 		}
@@ -240,8 +250,11 @@ func (r *restartRun) check(t *testing.T) {
 		t.Error(err)
 	}
 	for _, k := range r.keys {
-		if n, _ := counter(t, r.b, r.run, k); n != r.accepted[k] {
-			t.Errorf("key %s: counter %d, but %d writes were accepted", k, n, r.accepted[k])
+		// Every accepted write counts once; a write abandoned after its
+		// hold ended may or may not have committed, so it may count.
+		if n, _ := counter(t, r.b, r.run, k); n < r.accepted[k] || n > r.accepted[k]+r.ambiguous[k] {
+			t.Errorf("key %s: counter %d, but %d writes were accepted and %d abandoned with their outcome unknown",
+				k, n, r.accepted[k], r.ambiguous[k])
 		}
 	}
 	if r.reported.Load() == 0 {
