@@ -157,13 +157,9 @@ func TestRepositoryCloseStopsTheCleanup(t *testing.T) {
 		if err := repo.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		goleak.VerifyNone(t, before, connectionWatcher)
+		goleak.VerifyNone(t, append(testdb.DriverGoroutines(), before)...)
 	})
 }
-
-// connectionWatcher is go-sql-driver/mysql's goroutine of an open
-// connection, which lives with the pool, not with the repository.
-var connectionWatcher = goleak.IgnoreTopFunction("github.com/go-sql-driver/mysql.(*mysqlConn).startWatcher.func1")
 
 func TestCleanupOptionsMustBePositive(t *testing.T) {
 	db := sqliteDB(t) // the options are checked before any I/O
@@ -260,7 +256,7 @@ func TestRegistryCloseStopsTheCleanup(t *testing.T) {
 		if err := locks.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		goleak.VerifyNone(t, before, connectionWatcher)
+		goleak.VerifyNone(t, append(testdb.DriverGoroutines(), before)...)
 	})
 }
 
@@ -269,7 +265,7 @@ func TestWithoutCleanupStartsNoGoroutine(t *testing.T) {
 		before := goleak.IgnoreCurrent()
 		repo := newRepo(t, db, jdbc.WithoutCleanup())
 		mustAcquire(t, repo, "k", longTTL)
-		goleak.VerifyNone(t, before, connectionWatcher)
+		goleak.VerifyNone(t, append(testdb.DriverGoroutines(), before)...)
 	})
 }
 

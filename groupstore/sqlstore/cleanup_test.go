@@ -20,10 +20,6 @@ import (
 // groupLease is the LOCK_KEY of the clean-up's lease.
 var groupLease = jdbc.UUIDKey("lockreg cleanup INT_GROUP")
 
-// connectionWatcher is go-sql-driver/mysql's goroutine of an open
-// connection, which lives with the pool, not with the store.
-var connectionWatcher = goleak.IgnoreTopFunction("github.com/go-sql-driver/mysql.(*mysqlConn).startWatcher.func1")
-
 var (
 	groupColumns = []string{"GROUP_KEY", "REGION", "CORRELATION_KEY", "GROUP_ID", "COMPLETE", "LAST_RELEASED_SEQUENCE",
 		"RELEASES", "MESSAGE_COUNT", "LAST_POSITION", "VERSION", "DUE_AT", "CLAIMED_UNTIL", "CREATED_DATE", "UPDATED_DATE"}
@@ -180,7 +176,7 @@ func TestCloseStopsTheCleanup(t *testing.T) {
 		if err := store.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		goleak.VerifyNone(t, before, connectionWatcher)
+		goleak.VerifyNone(t, append(testdb.DriverGoroutines(), before)...)
 	})
 }
 
@@ -191,7 +187,7 @@ func TestDisableCleanupStartsNoGoroutine(t *testing.T) {
 		if _, _, err := store.Add(context.Background(), "g", groupstore.Message{UUID: "m"}, 0); err != nil {
 			t.Fatal(err)
 		}
-		goleak.VerifyNone(t, before, connectionWatcher)
+		goleak.VerifyNone(t, append(testdb.DriverGoroutines(), before)...)
 	})
 }
 
