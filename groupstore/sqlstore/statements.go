@@ -94,7 +94,7 @@ func compile(d *dialect.Dialect, prefix string) *statements {
 		upsert: c(g.Upsert), lockGroup: c(g.LockGroup), insertMessage: c(g.InsertMessage), selectReleased: c(selectReleased),
 		addMessage: [2]dialect.Query{c(addMessage + whereGroup), c(addMessage + dueIn + whereGroup)},
 		addOne:     [2]dialect.Query{c(g.AddMessage[0]), c(g.AddMessage[1])}, lockRow: c(g.LockRow),
-		addProbe:   [2]dialect.Query{c(g.AddProbe[0]), c(g.AddProbe[1])},
+		addProbe:    [2]dialect.Query{c(g.AddProbe[0]), c(g.AddProbe[1])},
 		selectGroup: c(selectGroup), selectVersion: c(selectVersion),
 		releaseAll: c(releaseAll), releaseListed: c(releaseAll + ` AND MESSAGE_KEY IN {list}`),
 		remove:         [2]dialect.Query{c(removeGroup), c(removeGroup + ` AND VERSION = :version`)},
