@@ -116,15 +116,15 @@ func (a *Aggregator) Handle(msg *message.Message) (err error) {
 	if err != nil {
 		return err
 	}
-	need := func(added groupstore.Group) bool {
+	need := func(added grouphandler.Added) bool {
 		if added.Complete { // a release whose send did not finish (ReleaseLockBeforeSend)
 			return true
 		}
 		a.checkSequenceSize(key, added.ID, msg)
 		return a.timeoutFunc || a.strategy.needsMessages() || a.strategy.canRelease(added.Size, msg, nil)
 	}
-	return a.core.AddThen(ctx, key, id, msg, need, func(lctx context.Context, _ groupstore.Group) error {
-		return a.handle(lctx, key, msg)
+	return a.core.AddThen(ctx, key, id, msg, nil, need, func(lctx context.Context, added grouphandler.Added) error {
+		return a.handle(lctx, key, msg, added)
 	})
 }
 
@@ -133,11 +133,12 @@ func (a *Aggregator) Handle(msg *message.Message) (err error) {
 // after every message): it reads the group, with its messages, once, and
 // releases it if the strategy says so. A group read complete was released
 // by another message's handling since msg's Add, where the Add was not
-// under the lock (see grouphandler.Core.AddThen).
-func (a *Aggregator) handle(ctx context.Context, key string, msg *message.Message) error {
-	sg, err := a.core.Get(ctx, key)
+// under the lock (see grouphandler.Core.AddThen), and a group gone, or
+// another incarnation, was released (and msg with it) and removed.
+func (a *Aggregator) handle(ctx context.Context, key string, msg *message.Message, added grouphandler.Added) error {
+	sg, gone, err := a.core.Reread(ctx, key, added)
 	switch {
-	case err != nil:
+	case err != nil || gone:
 		return err
 	case sg.Complete && len(sg.Messages) > 0: // a release whose send did not finish (ReleaseLockBeforeSend)
 		return a.release(ctx, sg, toGroup(sg, false))

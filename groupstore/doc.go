@@ -43,7 +43,14 @@
 //     commits, across instances too. An aggregator message that cannot
 //     release its group is added outside it, an Add being atomic (and
 //     one statement on PostgreSQL): it waits for a Locked step on its
-//     group, and a group completed meanwhile rejects it.
+//     group, and a group completed meanwhile rejects it. So is a
+//     resequencer message that cannot release a run, where the store is
+//     also a [Prober] (sqlstore on PostgreSQL): its Add tells, in the
+//     same statement, whether the group holds another message of its
+//     sequence number or of another size, which the resequencer discards
+//     at once under the lock. A group that another handling removed
+//     between a message's Add and its Locked step took the message with
+//     it: the message is done.
 //
 // # Timeouts
 //

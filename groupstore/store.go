@@ -182,3 +182,39 @@ type Outbox interface {
 	// (ErrNotFound, ErrConflict) publishes nothing.
 	UpdatePublish(ctx context.Context, key string, u Update, topic string, msgs ...*message.Message) error
 }
+
+// Probe asks [Prober.AddProbe] how an added message fits the other
+// unreleased messages of its group: the resequencer's twins (another
+// message with the same sequence number) and sequence-size mismatches.
+// Metadata values are compared as decimal integers, written as
+// strconv.ParseInt reads them (an optional "+", leading zeros); a value
+// that is not one never fits.
+type Probe struct {
+	// UniqueKey, when not empty, is a metadata key under which no other
+	// unreleased message may have the value Unique.
+	UniqueKey string
+	Unique    int64
+	// SameKey, when not empty, is a metadata key under which every other
+	// unreleased message must have the value Same, or lack the key if
+	// Same is 0.
+	SameKey string
+	Same    int64
+}
+
+// Prober is a Store whose Add can also probe the group it adds to, in
+// the same atomic step (sqlstore's Store and Outbox on PostgreSQL, in its
+// one statement). A handler whose store probes needs no read of the group
+// to tell an ordinary message from one that needs looking at.
+type Prober interface {
+	Store
+	// Probes reports whether AddProbe costs what Add costs and can report
+	// a fit. Where it is false, AddProbe is Add and reports no fit.
+	Probes() bool
+	// AddProbe is Add, and also reports fits: true when, at the moment of
+	// the Add, the group's other unreleased messages (those it held
+	// before, whatever the outcome) all fit p. false means that some do
+	// not, or that the store could not be sure (a change of the group
+	// that committed while the Add waited for it); a caller that gets
+	// false reads the group to decide.
+	AddProbe(ctx context.Context, key string, msg Message, timeout time.Duration, p Probe) (g Group, o Outcome, fits bool, err error)
+}

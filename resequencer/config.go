@@ -227,13 +227,14 @@ type rules struct {
 	partialOnExpiry    bool   // SendPartialResultOnExpiry
 	removeOnTimeout    bool   // ExpireGroupsOnTimeout
 	removeOnCompletion bool   // ExpireGroupsOnCompletion
+	timeoutFunc        bool   // GroupTimeoutFunc != nil: every message reschedules its group
 }
 
 // rules returns the resequencer's own settings of c.
 func (c Config) rules() rules {
 	return rules{numberKey: c.SequenceNumberKey, sizeKey: c.SequenceSizeKey, partial: c.ReleasePartialSequences,
 		partialOnExpiry: c.SendPartialResultOnExpiry, removeOnTimeout: c.ExpireGroupsOnTimeout,
-		removeOnCompletion: c.ExpireGroupsOnCompletion}
+		removeOnCompletion: c.ExpireGroupsOnCompletion, timeoutFunc: c.GroupTimeoutFunc != nil}
 }
 
 // setDefaults applies the defaults of the resequencer's own fields.

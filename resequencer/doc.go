@@ -111,10 +111,17 @@
 //
 // # Costs
 //
-// Each handled message costs a lock acquisition and release and a store
-// Add and Get; Get reads the group's unreleased messages, so a group of n
-// messages that arrive in reverse order costs O(n²) in reads. A release
-// adds a Publish and an Update. The timeout runner makes one ClaimDue per
+// With Config.Locks each handled message costs a lock acquisition and
+// release and a store Add and Get; Get reads the group's unreleased
+// messages, so a group of n messages that arrive in reverse order costs
+// O(n²) in reads. A release adds a Publish and an Update. Without Locks, on
+// a store that locks groups itself (sqlstore's), the lock is the group
+// row's, in the store's transaction; on PostgreSQL, whose Add probes the
+// group in its one statement (groupstore.Prober: another unreleased message
+// with the same number, or another size), a message that can release
+// nothing and fits its group costs that Add alone, and only the others
+// (see Resequencer.Handle) are read under the lock and released; on MySQL
+// and SQLite every message's Add and Get run in one such transaction. The timeout runner makes one ClaimDue per
 // PollInterval and instance. GroupTimeoutFunc adds an Update to each
 // message that releases and discards nothing. A kept complete group stays in the store,
 // without messages, until MinimumTimeoutForEmptyGroups removes it or the

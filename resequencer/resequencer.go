@@ -60,9 +60,21 @@ func (q *Resequencer) AddHandler(r *message.Router, handlerName, subscribeTopic 
 // (ErrLockTimeout) or lost lock (ErrLockLost), a store or publish failure,
 // ErrNoCorrelationKey or ErrNoMessageID.
 //
-// It costs one lock acquisition and release, one store Add and one Get
-// (which reads the group's unreleased messages); a release or discard adds
-// a Publish and an Update (or Remove).
+// With a registry (Config.Locks) it costs one lock acquisition and
+// release, one store Add and one Get (which reads the group's unreleased
+// messages); a release or discard adds a Publish and an Update (or
+// Remove). Where the store locks groups itself (Config.Locks nil and a
+// groupstore.Locker Store, such as sqlstore's) there is no lease: on
+// PostgreSQL, whose Add probes the group (groupstore.Prober), a message
+// that cannot release anything costs its Add alone, one statement that
+// also finds a duplicate number or a differing size; a message that may
+// release a run (its number follows the last released one with
+// ReleasePartialSequences; without it, the group may hold the whole
+// sequence), one that does not fit, a late one, a redelivery, and every
+// message with a GroupTimeoutFunc add one transaction of the store under
+// the group row's lock (BEGIN, lock, Get, the release, COMMIT). Where the
+// store locks groups but does not probe (sqlstore on MySQL and SQLite),
+// every message runs in one such transaction, its Add and Get in it.
 func (q *Resequencer) Handle(msg *message.Message) (err error) {
 	ctx, end := q.core.Begin(msg)
 	defer func() { end(err) }()
@@ -70,15 +82,15 @@ func (q *Resequencer) Handle(msg *message.Message) (err error) {
 	if err != nil {
 		return err
 	}
-	if _, _, problem := q.rules.sequence(msg.Metadata); problem != "" {
+	seq, size, problem := q.rules.sequence(msg.Metadata)
+	if problem != "" {
 		return q.core.Discard(ctx, key, []*message.Message{withReason(msg.Copy(), reasonInvalid+problem)})
 	}
-	return q.core.WithLock(ctx, key, func(lctx context.Context) error {
-		if _, look, err := q.core.Add(lctx, key, id, msg); err != nil || !look {
-			return err
-		}
-		sg, err := q.core.Get(lctx, key)
-		if err != nil {
+	probe := &groupstore.Probe{UniqueKey: q.rules.numberKey, Unique: seq, SameKey: q.rules.sizeKey, Same: size}
+	need := func(added grouphandler.Added) bool { return q.rules.needsLook(added, seq, size) }
+	return q.core.AddThen(ctx, key, id, msg, probe, need, func(lctx context.Context, added grouphandler.Added) error {
+		sg, gone, err := q.core.Reread(lctx, key, added)
+		if err != nil || gone {
 			return err
 		}
 		p := q.rules.planFor(sg, false)
@@ -91,6 +103,29 @@ func (q *Resequencer) Handle(msg *message.Message) (err error) {
 		}
 		return q.apply(lctx, sg, p, false, s)
 	})
+}
+
+// needsLook reports whether the message numbered seq of a sequence of
+// size (0 for none), added as added tells, needs its group read under the
+// lock: unless the store found that it fits the group (no other unreleased
+// message has its number, all have its size), it may be a duplicate or a
+// misfit, which is discarded at once; a late one too; a redelivery may
+// follow an attempt that stopped before its release; and it may let a run
+// be released. Otherwise nothing in the group can change for it: its
+// number does not follow the last released one (with partial releases),
+// or the group holds fewer messages than the rest of the sequence.
+// Every message that completes a run has its Add come after those of the
+// run's other messages (Adds of a group take turns on its row), or after
+// the release that its run follows, so it sees the run whole.
+func (r rules) needsLook(added grouphandler.Added, seq, size int64) bool {
+	last := added.LastReleasedSequence
+	switch {
+	case !added.Fits, added.Outcome != groupstore.Added, added.Complete, r.timeoutFunc, seq <= last:
+		return true
+	case r.partial:
+		return seq == last+1
+	}
+	return size > 0 && int64(added.Size) >= size-last
 }
 
 // withReason sets the discard reason of m and returns m.

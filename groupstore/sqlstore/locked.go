@@ -90,7 +90,7 @@ func (t *txStore) lock(ctx context.Context, key string) error {
 }
 
 func (t *txStore) Add(ctx context.Context, key string, msg groupstore.Message, timeout time.Duration) (groupstore.Group, groupstore.Outcome, error) {
-	g, o, err := t.s.add(ctx, t.tx, key, msg, timeout)
+	g, o, _, err := t.s.add(ctx, t.tx, key, msg, timeout, nil)
 	if err == nil && key == t.key {
 		t.locked = true // its first statement locked the row
 	}

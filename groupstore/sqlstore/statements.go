@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"github.com/lockreg/lockreg/groupstore"
 	"github.com/lockreg/lockreg/internal/dialect"
 )
 
@@ -69,6 +70,7 @@ type statements struct {
 	upsert, lockGroup, insertMessage, selectReleased dialect.Query
 	addMessage                                       [2]dialect.Query // without, with a timeout
 	addOne                                           [2]dialect.Query // the dialect's AddMessage, if any
+	addProbe                                         [2]dialect.Query // the dialect's AddProbe, if any
 	lockRow                                          dialect.Query
 	selectGroup, selectVersion                       dialect.Query
 	update                                           [shapes]dialect.Query
@@ -92,6 +94,7 @@ func compile(d *dialect.Dialect, prefix string) *statements {
 		upsert: c(g.Upsert), lockGroup: c(g.LockGroup), insertMessage: c(g.InsertMessage), selectReleased: c(selectReleased),
 		addMessage: [2]dialect.Query{c(addMessage + whereGroup), c(addMessage + dueIn + whereGroup)},
 		addOne:     [2]dialect.Query{c(g.AddMessage[0]), c(g.AddMessage[1])}, lockRow: c(g.LockRow),
+		addProbe:    [2]dialect.Query{c(g.AddProbe[0]), c(g.AddProbe[1])},
 		selectGroup: c(selectGroup), selectVersion: c(selectVersion),
 		releaseAll: c(releaseAll), releaseListed: c(releaseAll + ` AND MESSAGE_KEY IN {list}`),
 		remove:         [2]dialect.Query{c(removeGroup), c(removeGroup + ` AND VERSION = :version`)},
@@ -113,6 +116,7 @@ type values struct {
 	payload                                                          []byte
 	timeout, version, sequence, lease, retention                     int64
 	limit, batch                                                     int
+	probe                                                            *groupstore.Probe // AddProbe's, nil for Add
 }
 
 // args returns the arguments of q, with list in its {list}.
@@ -154,6 +158,18 @@ func (v *values) value(name string) any {
 		return v.retention
 	case dialect.Batch:
 		return v.batch
+	}
+	if p := v.probe; p != nil {
+		switch name {
+		case dialect.UniqueKey:
+			return p.UniqueKey
+		case dialect.Unique:
+			return p.Unique
+		case dialect.SameKey:
+			return p.SameKey
+		case dialect.Same:
+			return p.Same
+		}
 	}
 	return nil
 }

@@ -191,7 +191,29 @@ func (r *groupRow) group(key string) (groupstore.Group, error) {
 
 // Add implements [groupstore.Store.Add].
 func (s *Store) Add(ctx context.Context, key string, msg groupstore.Message, timeout time.Duration) (groupstore.Group, groupstore.Outcome, error) {
-	return s.add(ctx, nil, key, msg, timeout)
+	g, o, _, err := s.add(ctx, nil, key, msg, timeout, nil)
+	return g, o, err
+}
+
+var _ groupstore.Prober = (*Store)(nil)
+
+// Probes implements [groupstore.Prober]: true on PostgreSQL, where
+// AddProbe is Add's one statement with the probe in it. On MySQL and
+// SQLite it is false, and AddProbe is Add.
+func (s *Store) Probes() bool { return s.sql.addProbe[0].SQL != "" }
+
+// AddProbe implements [groupstore.Prober]. On PostgreSQL it costs what
+// Add costs, one statement (one more for a complete group that does not
+// know the message); it reads the metadata of the group's unreleased
+// messages in it (as JSON), and reports no fit when another transaction
+// changed the group while the statement waited for the group row's lock.
+// Elsewhere it is Add and reports no fit.
+func (s *Store) AddProbe(ctx context.Context, key string, msg groupstore.Message, timeout time.Duration, p groupstore.Probe) (groupstore.Group, groupstore.Outcome, bool, error) {
+	if !s.Probes() {
+		g, o, err := s.Add(ctx, key, msg, timeout)
+		return g, o, false, err
+	}
+	return s.add(ctx, nil, key, msg, timeout, &p)
 }
 
 // querier runs statements: the store's database or a transaction.
@@ -203,19 +225,21 @@ type querier interface {
 
 // add is Add in tx, or without one in a transaction of its own: one
 // statement where the dialect has a one-statement add (PostgreSQL), else
-// BEGIN, the statements and COMMIT.
-func (s *Store) add(ctx context.Context, tx *sql.Tx, key string, msg groupstore.Message, timeout time.Duration) (groupstore.Group, groupstore.Outcome, error) {
+// BEGIN, the statements and COMMIT. With probe (PostgreSQL only) it
+// probes in that statement and reports the fit.
+func (s *Store) add(ctx context.Context, tx *sql.Tx, key string, msg groupstore.Message, timeout time.Duration,
+	probe *groupstore.Probe) (groupstore.Group, groupstore.Outcome, bool, error) {
 	what := "sqlstore: add " + dialect.Quote(key)
 	if msg.UUID == "" {
-		return groupstore.Group{}, 0, fmt.Errorf("%s: message without UUID", what)
+		return groupstore.Group{}, 0, false, fmt.Errorf("%s: message without UUID", what)
 	}
 	v := s.values(key)
 	v.groupID, v.messageKey, v.messageID, v.payload = uuid.NewString(), messageKeyOf(msg.UUID), msg.UUID, msg.Payload
-	v.timeout = dialect.Micros(timeout)
+	v.timeout, v.probe = dialect.Micros(timeout), probe
 	if len(msg.Metadata) > 0 { // NULL for no metadata
 		b, err := json.Marshal(msg.Metadata)
 		if err != nil {
-			return groupstore.Group{}, 0, fmt.Errorf("%s: %w", what, err)
+			return groupstore.Group{}, 0, false, fmt.Errorf("%s: %w", what, err)
 		}
 		v.metadata = string(b)
 	}
@@ -223,18 +247,19 @@ func (s *Store) add(ctx context.Context, tx *sql.Tx, key string, msg groupstore.
 	var (
 		g       groupstore.Group
 		outcome groupstore.Outcome
+		fits    bool
 		err     error
 	)
 	switch one := s.sql.addOne[0].SQL != ""; {
 	case one && tx != nil:
-		g, outcome, err = s.addOne(ctx, tx, key, v, timeout)
+		g, outcome, fits, err = s.addOne(ctx, tx, key, v, timeout)
 	case one:
 		err = s.retry(ctx, func() (err error) {
-			g, outcome, err = s.addOne(ctx, s.db, key, v, timeout)
+			g, outcome, fits, err = s.addOne(ctx, s.db, key, v, timeout)
 			return err
 		})
 	case tx != nil:
-		g, outcome, err = s.addIn(ctx, tx, key, v, timeout)
+		g, outcome, err = s.addIn(ctx, tx, key, v, timeout) // no probe: only PostgreSQL has one
 		if errors.Is(err, errNoChange) {
 			err = nil // it changed nothing: the caller's transaction goes on
 		}
@@ -245,38 +270,47 @@ func (s *Store) add(ctx context.Context, tx *sql.Tx, key string, msg groupstore.
 		})
 	}
 	if err != nil {
-		return groupstore.Group{}, 0, s.wrap(ctx, what, err)
+		return groupstore.Group{}, 0, false, s.wrap(ctx, what, err)
 	}
-	return g, outcome, nil
+	return g, outcome, fits, nil
 }
 
 // addOne adds the message of v with the dialect's one-statement add on q.
 // Only a complete group that did not take the message costs a second
 // statement, which tells a redelivery from a late message by a fresh read.
-func (s *Store) addOne(ctx context.Context, q querier, key string, v *values, timeout time.Duration) (groupstore.Group, groupstore.Outcome, error) {
-	add := s.sql.addOne[0]
+// With v.probe it probes too and reports the fit.
+func (s *Store) addOne(ctx context.Context, q querier, key string, v *values, timeout time.Duration) (groupstore.Group, groupstore.Outcome, bool, error) {
+	statements := &s.sql.addOne
+	if v.probe != nil {
+		statements = &s.sql.addProbe
+	}
+	add := statements[0]
 	if timeout > 0 {
-		add = s.sql.addOne[1]
+		add = statements[1]
 	}
 	var (
-		row   groupRow
-		added int64
+		row         groupRow
+		added, fits int64
 	)
-	if err := q.QueryRowContext(ctx, add.SQL, v.args(add)...).Scan(append(row.dest(), &added)...); err != nil {
-		return groupstore.Group{}, 0, err
+	dest := append(row.dest(), &added)
+	if v.probe != nil {
+		dest = append(dest, &fits)
+	}
+	if err := q.QueryRowContext(ctx, add.SQL, v.args(add)...).Scan(dest...); err != nil {
+		return groupstore.Group{}, 0, false, err
 	}
 	g, err := row.group(key)
 	if err != nil {
-		return g, 0, err
+		return g, 0, false, err
 	}
 	switch {
 	case added == 1:
-		return g, groupstore.Added, nil
+		return g, groupstore.Added, fits == 1, nil
 	case !g.Complete:
-		return g, groupstore.Duplicate, nil
+		return g, groupstore.Duplicate, fits == 1, nil
 	}
 	o, err := s.knownOrLate(ctx, q, v)
-	return g, o, err
+	return g, o, fits == 1, err
 }
 
 // knownOrLate tells whether the complete group of v knows its message

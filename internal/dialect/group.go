@@ -16,12 +16,16 @@ const (
 	Sequence       = "sequence"        // the last released sequence number
 	Limit          = "limit"           // the most groups a claim returns
 	Lease          = "lease"           // the microseconds a claim lasts
+	UniqueKey      = "unique_key"      // a probe's metadata key no other message may share a value under
+	Unique         = "unique"          // its value
+	SameKey        = "same_key"        // a probe's metadata key every other message must share a value under
+	Same           = "same"            // its value, 0 for absent
 	// Region, Retention and Batch are the lock statements'.
 )
 
 // GroupParams are the parameters of the group statements.
 var GroupParams = []string{GroupKey, Region, CorrelationKey, GroupID, MessageKey, MessageID, Position, Metadata,
-	Payload, Timeout, Version, Sequence, Limit, Lease, Retention, Batch}
+	Payload, Timeout, Version, Sequence, Limit, Lease, Retention, Batch, UniqueKey, Unique, SameKey, Same}
 
 // GroupColumns are the columns of the group table that Add reads.
 const GroupColumns = `GROUP_ID, COMPLETE, LAST_RELEASED_SEQUENCE, RELEASES, MESSAGE_COUNT, LAST_POSITION, VERSION, CREATED_DATE`
@@ -43,6 +47,11 @@ type GroupSQL struct {
 	// creates or updates the group and returns its GroupColumns after the
 	// call and ADDED, 1 if the message was inserted, else 0.
 	AddMessage [2]string
+	// AddProbe, where set (PostgreSQL), is AddMessage that also returns
+	// FITS, 1 if the group's other unreleased messages fit the probe
+	// (:unique_key, :unique, :same_key, :same; see groupstore.Probe) as
+	// they were when the group row's lock was granted, else 0.
+	AddProbe [2]string
 	// LockRow locks the row of the group :group_key for the transaction,
 	// if there is one: a SELECT ... FOR UPDATE, or on SQLite a write that
 	// changes nothing, which takes the database's write lock.
@@ -90,13 +99,36 @@ const (
 // counts the message in it: an update of the row l locked, in the same
 // statement, of which only g writes. A group that gained the message falls
 // due :timeout from now, its claim ended.
-func addMessage(due bool) string {
+func addMessage(due bool) string { return addMessageProbed(due, false) }
+
+// addMessageProbed is addMessage, with probe also returning FITS
+// (GroupSQL.AddProbe). The statement reads the message table in the
+// snapshot it started with, which misses what committed while l waited
+// for the group row (l alone reads the row's latest version): the probe
+// holds only if the group's VERSION in that snapshot, plus the message
+// added, is the VERSION g returns, that is, if nothing changed the group
+// meanwhile (every change of a group's messages changes its VERSION in the
+// same transaction). A metadata value is compared as a number only where
+// it is one (the CASE), so that no cast can fail.
+func addMessageProbed(due, probe bool) string {
 	const added = `(SELECT COUNT(*) FROM m)`
 	dueCol, dueVal, dueSet := "", "", ""
 	if due {
 		dueCol, dueVal = `, DUE_AT`, `, {now+:timeout}`
 		dueSet = `, DUE_AT = CASE WHEN excluded.VERSION > 0 THEN {now+:timeout} ELSE t.DUE_AT END, ` +
 			`CLAIMED_UNTIL = CASE WHEN excluded.VERSION > 0 THEN NULL ELSE t.CLAIMED_UNTIL END`
+	}
+	fits := ""
+	if probe {
+		// A misfit: a number under unique_key that is absent, not a
+		// number or equal to :unique, or one under same_key that differs
+		// from :same (absent where :same is 0).
+		misfit := `(CAST(:unique_key AS TEXT) <> '' AND COALESCE(` + probeNumber(UniqueKey) + ` = CAST(:unique AS BIGINT), TRUE)) OR ` +
+			`(CAST(:same_key AS TEXT) <> '' AND CASE WHEN (o.METADATA::jsonb ->> CAST(:same_key AS TEXT)) IS NULL ` +
+			`THEN CAST(:same AS BIGINT) <> 0 ELSE COALESCE(` + probeNumber(SameKey) + ` <> CAST(:same AS BIGINT), TRUE) END)`
+		fits = `, CASE WHEN g.VERSION = COALESCE((SELECT s.VERSION FROM {prefix}GROUP s WHERE s.GROUP_KEY = :group_key AND s.REGION = :region), 0) + ` + added +
+			` AND NOT EXISTS (SELECT 1 FROM {prefix}GROUP_MESSAGE o WHERE o.GROUP_KEY = :group_key AND o.REGION = :region ` +
+			`AND o.RELEASED = 0 AND o.MESSAGE_KEY <> :message_key AND (` + misfit + `)) THEN 1 ELSE 0 END AS FITS`
 	}
 	return `WITH l AS (SELECT COMPLETE, LAST_POSITION FROM {prefix}GROUP WHERE GROUP_KEY = :group_key AND REGION = :region FOR UPDATE), ` +
 		`m AS (INSERT INTO {prefix}GROUP_MESSAGE (GROUP_KEY, REGION, MESSAGE_KEY, MESSAGE_ID, POSITION, RELEASED, METADATA, PAYLOAD, CREATED_DATE) ` +
@@ -109,7 +141,14 @@ func addMessage(due bool) string {
 		`LAST_POSITION = t.LAST_POSITION + excluded.LAST_POSITION, VERSION = t.VERSION + excluded.VERSION, ` +
 		`UPDATED_DATE = CASE WHEN excluded.VERSION > 0 THEN {now} ELSE t.UPDATED_DATE END` + dueSet +
 		` RETURNING ` + GroupColumns + `) ` +
-		`SELECT ` + GroupColumns + `, ` + added + ` AS ADDED FROM g`
+		`SELECT ` + GroupColumns + `, ` + added + ` AS ADDED` + fits + ` FROM g`
+}
+
+// probeNumber is the metadata value of key :k of o as a BIGINT, NULL if
+// absent or not a decimal number of at most 18 digits.
+func probeNumber(k string) string {
+	return `(CASE WHEN (o.METADATA::jsonb ->> CAST(:` + k + ` AS TEXT)) ~ '^[+]?[0-9]{1,18}$' ` +
+		`THEN (o.METADATA::jsonb ->> CAST(:` + k + ` AS TEXT))::bigint END)`
 }
 
 // lockRowForUpdate is GroupSQL.LockRow where rows lock (PostgreSQL, MySQL).

@@ -98,6 +98,7 @@ var Postgres = register(&Dialect{
 		Upsert:        upsertGroupReturning,
 		InsertMessage: insertMessageUnlessThere,
 		AddMessage:    [2]string{addMessage(false), addMessage(true)},
+		AddProbe:      [2]string{addMessageProbed(false, true), addMessageProbed(true, true)},
 		LockRow:       lockRowForUpdate,
 		ClaimDue: `UPDATE {prefix}GROUP SET CLAIMED_UNTIL = {now+:lease} WHERE (GROUP_KEY, REGION) IN (` +
 			`SELECT GROUP_KEY, REGION FROM {prefix}GROUP WHERE REGION = :region AND ` + DueGroup +

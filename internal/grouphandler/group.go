@@ -14,6 +14,18 @@ import (
 	"github.com/lockreg/lockreg/groupstore"
 )
 
+// Added is what the Add of a message told of its group.
+type Added struct {
+	// Group is the group as the Add left it, without its messages.
+	groupstore.Group
+	// Outcome is what the Add did with the message.
+	Outcome groupstore.Outcome
+	// Fits reports that the store probed the group in the Add and found
+	// that the message fits it (see groupstore.Prober); false without a
+	// probe, without a probing store, or when it does not fit.
+	Fits bool
+}
+
 // Add adds msg, identified by id, to group key; call it under the group
 // lock. It returns the group as Add left it, without its messages, and
 // whether the handler is to look at the group: a message that reached a
@@ -23,44 +35,59 @@ import (
 // releasing, and so is one to a complete group that still holds
 // messages, whose release's send did not finish.
 func (c *Core) Add(ctx context.Context, key, id string, msg *message.Message) (g groupstore.Group, look bool, err error) {
+	a, look, err := c.add(ctx, key, id, msg, nil)
+	return a.Group, look, err
+}
+
+// add is Add; with probe it probes the group with the Core's prober, which
+// must be set.
+func (c *Core) add(ctx context.Context, key, id string, msg *message.Message, probe *groupstore.Probe) (a Added, look bool, err error) {
 	if err := c.checkHold(ctx, "adding to", key); err != nil {
-		return g, false, err
+		return a, false, err
 	}
-	g, outcome, err := c.store(ctx).Add(ctx, key, groupstore.Message{UUID: id, Metadata: msg.Metadata, Payload: msg.Payload}, c.s.GroupTimeout)
+	m := groupstore.Message{UUID: id, Metadata: msg.Metadata, Payload: msg.Payload}
+	if probe != nil {
+		a.Group, a.Outcome, a.Fits, err = c.prober.AddProbe(ctx, key, m, c.s.GroupTimeout, *probe)
+	} else {
+		a.Group, a.Outcome, err = c.store(ctx).Add(ctx, key, m, c.s.GroupTimeout)
+	}
 	if err != nil {
-		return g, false, fmt.Errorf("%s: adding message %s to group %q: %w", c.kind.Name, msg.UUID, key, err)
+		return a, false, fmt.Errorf("%s: adding message %s to group %q: %w", c.kind.Name, msg.UUID, key, err)
 	}
-	c.tel.addedMessage(outcome)
-	switch outcome {
+	c.tel.addedMessage(a.Outcome)
+	switch a.Outcome {
 	case groupstore.Rejected:
-		return g, false, c.Discard(ctx, key, []*message.Message{WithReason(msg.Copy(), c.kind.DiscardReasonKey, "late")})
+		return a, false, c.Discard(ctx, key, []*message.Message{WithReason(msg.Copy(), c.kind.DiscardReasonKey, "late")})
 	case groupstore.Duplicate:
 		c.logger.Debug("Redelivered message ignored", watermill.LogFields{"message_uuid": msg.UUID, "group": key})
-		if g.Complete && g.Size == 0 {
-			return g, false, nil
+		if a.Complete && a.Size == 0 {
+			return a, false, nil
 		}
 		// A complete group that still holds messages is a release whose
 		// send did not finish (aggregator.Config.ReleaseLockBeforeSend):
 		// the handler finishes it.
 	}
-	return g, true, nil
+	return a, true, nil
 }
 
 // AddThen adds msg, identified by id, to group key as Add does and, if
 // the handler is to look at the group and need(added) says the group may
-// have to change, calls then under the group lock with the group as Add
-// left it. With a registry (Settings.Locks) the Add runs under the same
-// hold as then. Where the store locks groups itself (a groupstore.Locker
-// and no Locks), the Add is a call of its own and then runs in a Locked
-// call only if need says so: a message that cannot complete its group
-// costs its Add alone, one statement on PostgreSQL. then must read the
-// group again before it decides, as another Add may have come in between
-// (and a release: a group read complete is done).
-func (c *Core) AddThen(ctx context.Context, key, id string, msg *message.Message,
-	need func(added groupstore.Group) bool, then func(ctx context.Context, added groupstore.Group) error) error {
-	if c.locker == nil {
+// have to change, calls then under the group lock with what the Add told.
+// With a registry (Settings.Locks) the Add runs under the same hold as
+// then. Where the store locks groups itself (a groupstore.Locker and no
+// Locks), the Add is a call of its own and then runs in a Locked call only
+// if need says so: a message that cannot complete its group costs its Add
+// alone, one statement on PostgreSQL. With probe the handler needs the
+// store to probe the group in that Add (see groupstore.Prober): where the
+// store cannot (MySQL, SQLite), the Add runs in the Locked call, before
+// need and then, as with a registry, and need sees no fit. then must read
+// the group again before it decides, with Reread, as another Add may have
+// come in between, and a release or a removal.
+func (c *Core) AddThen(ctx context.Context, key, id string, msg *message.Message, probe *groupstore.Probe,
+	need func(added Added) bool, then func(ctx context.Context, added Added) error) error {
+	if c.locker == nil || probe != nil && c.prober == nil {
 		return c.WithLock(ctx, key, func(lctx context.Context) error {
-			added, look, err := c.Add(lctx, key, id, msg)
+			added, look, err := c.add(lctx, key, id, msg, nil)
 			if err != nil || !look || !need(added) {
 				return err
 			}
@@ -68,11 +95,29 @@ func (c *Core) AddThen(ctx context.Context, key, id string, msg *message.Message
 		})
 	}
 	groupSpan(ctx, key)
-	added, look, err := c.Add(ctx, key, id, msg)
+	added, look, err := c.add(ctx, key, id, msg, probe)
 	if err != nil || !look || !need(added) {
 		return err
 	}
 	return c.WithLock(ctx, key, func(lctx context.Context) error { return then(lctx, added) })
+}
+
+// Reread reads group key in AddThen's then, and reports gone when the
+// group that added holds (that incarnation) no longer exists: another
+// handling released and removed it, or expired it, after the Add, and
+// dealt with the message then. The message is done; it must not be
+// handled again, which would add it to a new group.
+func (c *Core) Reread(ctx context.Context, key string, added Added) (sg groupstore.Group, gone bool, err error) {
+	sg, err = c.store(ctx).Get(ctx, key)
+	switch {
+	case errors.Is(err, groupstore.ErrNotFound):
+		return sg, true, nil
+	case err != nil:
+		return sg, false, fmt.Errorf("%s: reading group %q: %w", c.kind.Name, key, err)
+	case sg.ID != added.ID:
+		return sg, true, nil
+	}
+	return sg, false, nil
 }
 
 // Get reads group key.

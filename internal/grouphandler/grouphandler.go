@@ -73,6 +73,9 @@ type Core struct {
 	// was given (Settings.Locks nil): WithLock then runs work in its
 	// Locked calls instead of under a registry lease.
 	locker groupstore.Locker
+	// prober is the store, when it is the locker and its Add probes in
+	// the same step (groupstore.Prober.Probes): AddThen's probing Add.
+	prober groupstore.Prober
 
 	// watch ends the work of holds whose group lock was lost.
 	watch watcher
@@ -110,13 +113,21 @@ func New(k Kind, s Settings) *Core {
 		logger = watermill.NewSlogLogger(l)
 	}
 	t := newTelemetry(k.Name, s)
+	raw := s.Store
 	s.Store = timed(s.Store, t)
-	var locker groupstore.Locker
+	var (
+		locker groupstore.Locker
+		prober groupstore.Prober
+	)
 	if s.Locks == nil { // setDefaults left it so: the store locks groups itself
 		locker = s.Store.(groupstore.Locker)
+		if p, ok := raw.(groupstore.Prober); ok && p.Probes() {
+			prober = timedProber(s.Store, p)
+		}
 	}
 	return &Core{
 		locker:   locker,
+		prober:   prober,
 		kind:     k,
 		s:        s,
 		tel:      t,

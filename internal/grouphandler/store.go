@@ -148,3 +148,38 @@ func (s timedOutbox) UpdatePublish(ctx context.Context, key string, u groupstore
 	s.record(ctx, opUpdatePublish, start, err)
 	return err
 }
+
+// probeTimer is a Prober whose AddProbe a timedStore records as an add.
+type probeTimer struct {
+	*timedStore
+	p groupstore.Prober
+}
+
+// timedProber returns p recording its AddProbe calls as adds with the
+// instruments of timed, the timed store of p; p itself without them.
+func timedProber(timed groupstore.Store, p groupstore.Prober) groupstore.Prober {
+	var ts *timedStore
+	switch s := timed.(type) {
+	case *timedStore:
+		ts = s
+	case timedOutbox:
+		ts = s.timedStore
+	case timedLocker:
+		ts = s.timedStore
+	case timedLockerOutbox:
+		ts = s.timedStore
+	}
+	if ts == nil {
+		return p
+	}
+	return probeTimer{ts, p}
+}
+
+func (s probeTimer) Probes() bool { return s.p.Probes() }
+
+func (s probeTimer) AddProbe(ctx context.Context, key string, msg groupstore.Message, timeout time.Duration, pr groupstore.Probe) (groupstore.Group, groupstore.Outcome, bool, error) {
+	start := time.Now()
+	g, o, fits, err := s.p.AddProbe(ctx, key, msg, timeout, pr)
+	s.record(ctx, opAdd, start, err)
+	return g, o, fits, err
+}
