@@ -54,8 +54,31 @@
 // first after a release takes the lease, as with Spring Integration (but
 // never ahead of a listening waiter). Each of
 // these stays one statement, one round trip. A waiter that stops waiting
-// gives back a lease handed to it meanwhile (Leave); one that crashes holds
-// it until it expires, as a crashed holder does. With the pgx driver:
+// gives back a lease handed to it meanwhile (Leave), also one a release in
+// flight hands it; one that crashes holds it until it expires, as a crashed
+// holder does.
+//
+// A key nobody waits for costs no look-up of the queue: the lock table's
+// has-waiters flag QUEUED_UNTIL (PostgreSQL only, script 000005, which
+// CreateSchema adds) is raised by a waiter's queue statement to the deadline
+// of its place whenever it does not take the lease, so that statement writes
+// the lock row. An acquisition reads the queue (to let earlier waiters go
+// first) only while the flag lies in the future; a release tries one plain
+// UPDATE guarded by the flag first, and only while the flag is live, or when
+// the lease was itself handed over (its queue probably goes on), runs the
+// hand-off statement, which lowers the flag to the last place of the waiters
+// it leaves queued (NULL when none remains). Because the waiter writes the
+// row, it and a release take the row lock one after the other: the release
+// either sees the flag (and hands the lease over, or, when the waiter queued
+// after its snapshot, wakes the key's waiters with a NOTIFY of the key alone)
+// or runs first, and the waiter's statement then takes the expired lease.
+// In one pgbench run on a loaded machine (docs/benchmarks.md) an acquire of
+// such a key took 28 µs of server time instead of 39 with the queue probe, its
+// release 21 µs instead of 25, and a waiter's attempt, which writes the lock
+// row too, 44 µs instead of 33. A row that is re-inserted after being
+// deleted (by hand, or by the clean-up while a place is still live) starts
+// with no flag: its first release does not look for those waiters, who get
+// the lease when they next ask (their next statement raises the flag). With the pgx driver:
 //
 //	repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithListener(pgxlisten.New(db)))
 //
