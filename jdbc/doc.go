@@ -72,10 +72,10 @@
 // either sees the flag (and hands the lease over, or, when the waiter queued
 // after its snapshot, wakes the key's waiters with a NOTIFY of the key alone)
 // or runs first, and the waiter's statement then takes the expired lease.
-// In one pgbench run on a loaded machine (docs/benchmarks.md) an acquire of
-// such a key took 28 µs of server time instead of 39 with the queue probe, its
-// release 21 µs instead of 25, and a waiter's attempt, which writes the lock
-// row too, 44 µs instead of 33. A row that is re-inserted after being
+// In three pgbench runs on a shared, loaded machine (docs/benchmarks.md) an
+// acquire of such a key took 2 to 19 µs less server time than with the queue
+// probe (19-30 µs), its release 1 to 6 µs less (14-28 µs), and a waiter's
+// attempt, which writes the lock row too, 8 to 12 µs more (33-50 µs). A row that is re-inserted after being
 // deleted (by hand, or by the clean-up while a place is still live) starts
 // with no flag: its first release does not look for those waiters, who get
 // the lease when they next ask (their next statement raises the flag). With the pgx driver:
@@ -183,7 +183,8 @@
 // (WithCleanup), only once their token is also more than that behind the
 // database's clock, so that tokens keep increasing unless the clock steps
 // back by more than the retention; lapsed places in the queue without a
-// retention. Live leases are never deleted. One repository of a table and
+// retention. Live leases are never deleted, nor, on PostgreSQL, rows whose
+// has-waiters flag is live. One repository of a table and
 // region does the work per interval (5 min): it takes a lease in the lock
 // table, and the others skip. Each statement deletes at most 1000 rows,
 // with a pause between batches. The goroutine starts with the first

@@ -272,3 +272,28 @@ func TestALeaveWhileAReleaseHandsTheLeaseOverGivesItBack(t *testing.T) {
 		}
 	})
 }
+
+// The clean-up keeps a dead row while its has-waiters flag is live: deleted
+// and inserted again, the row would start without the flag, and its first
+// release would not look for the waiters still queued.
+func TestDeleteExpiredKeepsADeadRowWhileItsWaitersFlagIsLive(t *testing.T) {
+	forEachPostgres(t, func(t *testing.T, db testDB, l jdbc.Listener) {
+		region := randomRegion()
+		repo := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithKeyMapping(identity), jdbc.WithoutCleanup())
+		long := db.Now(t).Add(-2 * time.Hour)
+		db.InsertRows(t, table, lockColumns, db.lockRows("dead", region, 2, long))
+		db.Exec(t, `UPDATE INT_LOCK SET QUEUED_UNTIL = timezone('UTC', now()) + INTERVAL '1 hour' WHERE REGION = ? AND LOCK_KEY = ?`,
+			region, "dead-0")
+		db.Exec(t, `UPDATE INT_LOCK SET QUEUED_UNTIL = timezone('UTC', now()) - INTERVAL '1 hour' WHERE REGION = ? AND LOCK_KEY = ?`,
+			region, "dead-1")
+		if _, err := repo.DeleteExpired(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if _, found := db.Lease(t, table, region, "dead-0"); !found {
+			t.Fatal("DeleteExpired deleted a dead row whose waiters flag is live")
+		}
+		if _, found := db.Lease(t, table, region, "dead-1"); found {
+			t.Fatal("DeleteExpired kept a dead row whose waiters flag has lapsed")
+		}
+	})
+}

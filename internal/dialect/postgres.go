@@ -43,8 +43,10 @@ var Postgres = register(&Dialect{
 			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`,
 		// SKIP LOCKED passes over rows an acquisition is writing; the
 		// locked rows' conditions are checked again on their latest version.
+		// A row with a live has-waiters flag stays: re-inserted, it would
+		// start without the flag while its waiters are still queued.
 		Sweep: `DELETE FROM {prefix}LOCK WHERE (LOCK_KEY, REGION) IN (SELECT LOCK_KEY, REGION FROM {prefix}LOCK ` +
-			`WHERE ` + DeadLock + ` LIMIT :batch FOR UPDATE SKIP LOCKED)`,
+			`WHERE ` + DeadLock + ` AND (QUEUED_UNTIL IS NULL OR QUEUED_UNTIL < {now}) LIMIT :batch FOR UPDATE SKIP LOCKED)`,
 		Queue: &QueueSQL{
 			// The waiter writes the lock row whenever it does not take
 			// the lease, raising QUEUED_UNTIL to its place's deadline: so
