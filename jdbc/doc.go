@@ -72,10 +72,11 @@
 // either sees the flag (and hands the lease over, or, when the waiter queued
 // after its snapshot, wakes the key's waiters with a NOTIFY of the key alone)
 // or runs first, and the waiter's statement then takes the expired lease.
-// In three pgbench runs on a shared, loaded machine (docs/benchmarks.md) an
-// acquire of such a key took 2 to 19 µs less server time than with the queue
-// probe (19-30 µs), its release 1 to 6 µs less (14-28 µs), and a waiter's
-// attempt, which writes the lock row too, 8 to 12 µs more (33-50 µs). A row that is re-inserted after being
+// In pgbench runs (docs/benchmarks.md) an acquire of such a key took 11 µs
+// of server time on a quiet machine instead of 20 with the queue probe, its
+// release 10 µs instead of 14; a listener's acquisition of a free lease
+// costs about what it did (13 µs), and a waiter's attempt, which writes the
+// lock row too, 4 µs more (17 µs; 8 to 12 µs more on a loaded machine). A row that is re-inserted after being
 // deleted (by hand, or by the clean-up while a place is still live) starts
 // with no flag: its first release does not look for those waiters, who get
 // the lease when they next ask (their next statement raises the flag). With the pgx driver:
