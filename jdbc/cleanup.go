@@ -105,7 +105,9 @@ func newCleanup(r *LockRepository) *cleanup.Runner {
 // Integration's deleteExpired); on PostgreSQL it also deletes lapsed places
 // in the waiter queue. It spares a row whose token is not yet behind the
 // database's clock (after the clock stepped back), so that the next token
-// of its key, taken from the clock, is greater. Nothing requires calling
+// of its key, taken from the clock, is greater, and on PostgreSQL a row
+// whose has-waiters flag is live, whose waiters would otherwise find a new
+// row without the flag. Nothing requires calling
 // it: an expired row is taken over by the next Acquire, and the background
 // clean-up (WithCleanup) deletes rows once they have been expired for its
 // retention. It deletes at most 1000 rows per statement, in as many

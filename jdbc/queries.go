@@ -82,7 +82,7 @@ func compileLock(cfg *config) (*lockStatements, error) {
 		releaseAfter: c(d.Lock.ReleaseAfter),
 		sweep:        c(d.Lock.Sweep),
 		expireMine:   c(dialect.ExpireMine), selectMine: c(dialect.SelectMine),
-		expireOne: c(dialect.Release), check: c(dialect.CheckLock),
+		expireOne: c(dialect.Release), check: c(d.CheckLock()),
 	}
 	if d.Lock.SweepKeys != "" {
 		s.sweepKeys = c(d.Lock.SweepKeys)

@@ -22,7 +22,10 @@ type waitQueue struct {
 // AcquireOrWait is Acquire that, on PostgreSQL with WithListener, also
 // queues this client for the key when the lease is held elsewhere, or keeps
 // its place in the queue, for WithQueueTTL; taking the lease leaves the
-// queue. It is still one statement and one round trip. Only a client that
+// queue. When it does not take the lease it also writes the lock row,
+// raising its has-waiters flag (QUEUED_UNTIL, see "Waiting on PostgreSQL"
+// in the package doc), so that a release running at the same time sees this
+// waiter or runs first. It is still one statement and one round trip. Only a client that
 // listens queues: a release hands the lease to the first in the queue and
 // wakes it, whereas a client that only polls would leave a handed lease
 // idle until its next poll. Without a listener, elsewhere, and with a
@@ -64,7 +67,9 @@ func (r *LockRepository) HandedLease(ctx context.Context, key string) (registry.
 }
 
 // Leave takes this client out of key's queue and gives back a lease that a
-// release handed it meanwhile: one statement on PostgreSQL, nothing
+// release handed it meanwhile, also one a release still in flight hands it
+// (Leave waits for that release's row lock), waking the key's other waiters
+// when it gives one back: one statement on PostgreSQL, nothing
 // elsewhere. Without the tables there is neither a place nor a lease to
 // give back, so Leave returns nil; the acquire statement that failed
 // reports the missing table.

@@ -14,8 +14,9 @@ import (
 // one whose columns are neither Spring Integration 7's INT_LOCK nor Spring
 // Integration 5.4-6.x's (see Layout), one of either layout that lacks the
 // columns lockreg adds (NewLockRepository and Check; CreateSchema adds
-// them: FENCE, LOCK_NAME and HOLDER to a Spring 7 table, FENCE to a Spring
-// 5.4-6.x one), or one of the other layout than WithLayout asks for. The
+// them: FENCE, LOCK_NAME and HOLDER to a Spring 7 table, and on PostgreSQL
+// the has-waiters flag QUEUED_UNTIL, script 000005_lock_queued; FENCE to a
+// Spring 5.4-6.x one), or one of the other layout than WithLayout asks for. The
 // returned error wraps it, names the table and the layout found, and says
 // what to do: add the columns, or the statements that migrate a Spring
 // 5.4-6.x table to Spring 7's layout (for the dialect where CreateSchema
@@ -32,7 +33,8 @@ var ErrUnsupportedLayout = errors.New("jdbc: unsupported lock table layout")
 // is missing and leaves the rest, so it may
 // run at every start: on an empty database, on tables it made before, and
 // on a Spring Integration 7 INT_LOCK or one of an earlier lockreg, to which
-// it adds lockreg's columns (FENCE, LOCK_NAME, HOLDER).
+// it adds lockreg's columns (FENCE, LOCK_NAME, HOLDER, and on PostgreSQL
+// QUEUED_UNTIL).
 //
 // On a Spring Integration 5.4-6.x INT_LOCK (LayoutSpring6, detected or set
 // with WithLayout) it only adds FENCE, with a default, which those
@@ -86,7 +88,7 @@ func CreateSchema(ctx context.Context, db DB, opts ...Option) error {
 // probe returns a repository of cfg on db that can only inspect its table.
 func probe(db DB, cfg *config) *LockRepository {
 	return &LockRepository{db: db, cfg: cfg, sql: &lockStatements{
-		check:  cfg.d.MustCompile(dialect.CheckLock, cfg.prefix),
+		check:  cfg.d.MustCompile(cfg.d.CheckLock(), cfg.prefix),
 		check6: cfg.d.MustCompile(dialect.Spring6CheckLock, cfg.prefix),
 	}}
 }
@@ -103,11 +105,6 @@ const (
 	tableSpring6WithoutFence // Spring Integration 5.4-6.x's columns only
 )
 
-// lockregColumns are the columns lockreg adds to Spring Integration 7's
-// INT_LOCK: the fencing token (000002) and the readable key and holder
-// (000004). A Spring 5.4-6.x table gets FENCE only.
-var lockregColumns = []string{"FENCE", "LOCK_NAME", "HOLDER"}
-
 // spring6Columns are the columns of Spring Integration 5.4-6.x's INT_LOCK;
 // 7 adds EXPIRED_AFTER, and lockreg FENCE.
 var spring6Columns = []string{"LOCK_KEY", "REGION", "CLIENT_ID", "CREATED_DATE"}
@@ -121,6 +118,10 @@ var spring6Columns = []string{"LOCK_KEY", "REGION", "CLIENT_ID", "CREATED_DATE"}
 // are returned as they are.
 func (r *LockRepository) inspectTable(ctx context.Context) (tableState, []string, error) {
 	cfg := r.cfg
+	// lockreg's columns (see dialect.LockColumns): the fencing token
+	// (000002), the readable key and holder (000004) and, on PostgreSQL,
+	// the has-waiters flag (000005). A Spring 5.4-6.x table gets FENCE only.
+	lockregColumns := cfg.d.LockColumns()
 	// Spring 7's check first: a Spring 7 table passes Spring 6's too.
 	err := dialect.SelectNothing(ctx, r.db, r.sql.check.SQL)
 	if err == nil {
@@ -229,9 +230,13 @@ func (r *LockRepository) checkState(ctx context.Context, what string, missingOK 
 	}
 	switch state {
 	case tableWithoutLockreg:
+		scripts := "the scripts in lockreg's sql/" + string(r.cfg.dialect) + " folder"
+		if q := r.cfg.d.Lock.Queue; q != nil && slices.Contains(missing, q.FlagColumn) {
+			scripts += " (" + q.FlagColumn + ": " + q.FlagScript + ")"
+		}
 		return state, fmt.Errorf("%s: %w: table %s has Spring Integration 7's layout without lockreg's %s; "+
-			"add them with jdbc.CreateSchema or the scripts in lockreg's sql/%s folder",
-			what, ErrUnsupportedLayout, r.cfg.table, strings.Join(missing, ", "), r.cfg.dialect)
+			"add them with jdbc.CreateSchema or %s",
+			what, ErrUnsupportedLayout, r.cfg.table, strings.Join(missing, ", "), scripts)
 	case tableSpring6WithoutFence:
 		return state, fmt.Errorf("%s: %w: table %s has Spring Integration 5.4-6.x's layout without lockreg's FENCE "+
 			"column; add it with jdbc.CreateSchema (a BIGINT NOT NULL DEFAULT 0 column, which those applications "+

@@ -443,3 +443,35 @@ func TestCreateSchemaAddsTheReadableColumnsToAnEarlierLockregTable(t *testing.T)
 		}
 	})
 }
+
+// A PostgreSQL lock table of a lockreg before 000005 (every column but the
+// has-waiters flag): NewLockRepository names the column, the script that
+// adds it and CreateSchema, and CreateSchema adds it, keeping the rows.
+func TestCreateSchemaAddsTheWaitersFlagToAnEarlierLockregTableOnPostgres(t *testing.T) {
+	forEachDB(t, func(t *testing.T, db testDB) {
+		if db.Dialect != jdbc.Postgres {
+			t.Skip("requires PostgreSQL: the flag belongs to its waiter queue")
+		}
+		st := freshTarget(t, db)
+		p := st.open(t, db)
+		if err := jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Exec(`ALTER TABLE ` + st.prefix + `LOCK DROP COLUMN QUEUED_UNTIL`); err != nil {
+			t.Fatal(err)
+		}
+		_, err := jdbc.NewLockRepository(t.Context(), p, jdbc.WithPrefix(st.prefix))
+		if !errors.Is(err, jdbc.ErrUnsupportedLayout) || !strings.Contains(err.Error(), "QUEUED_UNTIL") ||
+			!strings.Contains(err.Error(), "000005_lock_queued") || !strings.Contains(err.Error(), "CreateSchema") {
+			t.Fatalf("got %v, want ErrUnsupportedLayout naming QUEUED_UNTIL, 000005_lock_queued and CreateSchema", err)
+		}
+		if err := jdbc.CreateSchema(t.Context(), p, jdbc.WithPrefix(st.prefix)); err != nil {
+			t.Fatal(err)
+		}
+		repo := newRepoOn(t, p, jdbc.WithPrefix(st.prefix))
+		mustAcquire(t, repo, "k", longTTL)
+		if err := repo.Check(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

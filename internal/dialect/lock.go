@@ -1,5 +1,7 @@
 package dialect
 
+import "strings"
+
 // The parameters of the lock statements. Custom queries may use the first
 // eight.
 const (
@@ -58,20 +60,33 @@ type QueueSQL struct {
 	AcquireOrWait string
 	// Release hands the lease to the first live waiter, if any, tells it
 	// by a notification on :channel, and returns the count of rows it
-	// released.
+	// released. It lowers the has-waiters flag to the last place of the
+	// waiters left, and wakes all of the key's waiters (a notification of
+	// the key alone) when one queued after its snapshot and it served
+	// nobody.
 	Release string
 	// Expire is Release for a key nobody waits for: it expires this
-	// client's row in place and affects it only when the queue has no
-	// live waiter that Release would serve; otherwise, and when the row
-	// is not this client's, it affects no row and Release decides.
+	// client's row in place and affects it only while the row's
+	// has-waiters flag (FlagColumn) is not live, reading no queue;
+	// otherwise, and when the row is not this client's, it affects no row
+	// and Release decides.
 	Expire string
 	// Handed reads a lease handed to this client: its token and the
 	// microseconds left.
 	Handed string
-	// Leave leaves the queue and gives back a lease handed over meanwhile.
+	// Leave leaves the queue and gives back a lease handed over meanwhile,
+	// also by a release in flight: it writes the lock row before the queue
+	// row, as Release and AcquireOrWait do.
 	Leave string
 	// Sweep deletes at most :batch lapsed places of the region.
 	Sweep string
+	// FlagColumn is the lock table's has-waiters flag (QUEUED_UNTIL on
+	// PostgreSQL, script 000005): AcquireOrWait raises it to its place's
+	// deadline whenever it does not take the lease, so that the others
+	// read the queue only while it lies in the future.
+	FlagColumn string
+	// Script names the script that adds FlagColumn, for error messages.
+	FlagScript string
 }
 
 // The lock statements common to all dialects. Release expires the row in
@@ -85,9 +100,34 @@ const (
 		`WHERE REGION = :region AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= {now}`
 	SelectMine = `SELECT LOCK_KEY FROM {prefix}LOCK WHERE REGION = :region AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= {now}`
 	// CheckLock reads no rows but fails unless the table, all of Spring 7's
-	// columns and lockreg's (FENCE, LOCK_NAME, HOLDER) exist.
+	// columns and lockreg's (FENCE, LOCK_NAME, HOLDER) exist; see
+	// Dialect.CheckLock for a dialect's own columns.
 	CheckLock = `SELECT LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE, LOCK_NAME, HOLDER FROM {prefix}LOCK WHERE 1 = 0`
 )
+
+// LockregColumns are the columns lockreg adds to Spring Integration 7's
+// INT_LOCK in every dialect: the fencing token (script 000002) and the
+// readable key and holder (000004).
+var LockregColumns = []string{"FENCE", "LOCK_NAME", "HOLDER"}
+
+// LockColumns returns the columns lockreg adds to Spring Integration 7's
+// INT_LOCK in d: LockregColumns and, with a waiter queue, its flag column.
+func (d *Dialect) LockColumns() []string {
+	if d.Lock.Queue == nil || d.Lock.Queue.FlagColumn == "" {
+		return LockregColumns
+	}
+	return append(append([]string(nil), LockregColumns...), d.Lock.Queue.FlagColumn)
+}
+
+// CheckLock returns CheckLock with d's own columns (LockColumns): it reads
+// no rows but fails unless all of them exist.
+func (d *Dialect) CheckLock() string {
+	if d.Lock.Queue == nil || d.Lock.Queue.FlagColumn == "" {
+		return CheckLock
+	}
+	return `SELECT LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, ` + strings.Join(d.LockColumns(), ", ") +
+		` FROM {prefix}LOCK WHERE 1 = 0`
+}
 
 // DeadLock is the clean-up's condition for a row of the lock table that
 // nothing needs: its lease expired more than the retention ago, and its

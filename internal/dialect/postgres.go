@@ -43,54 +43,89 @@ var Postgres = register(&Dialect{
 			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id`,
 		// SKIP LOCKED passes over rows an acquisition is writing; the
 		// locked rows' conditions are checked again on their latest version.
+		// A row with a live has-waiters flag stays: re-inserted, it would
+		// start without the flag while its waiters are still queued.
 		Sweep: `DELETE FROM {prefix}LOCK WHERE (LOCK_KEY, REGION) IN (SELECT LOCK_KEY, REGION FROM {prefix}LOCK ` +
-			`WHERE ` + DeadLock + ` LIMIT :batch FOR UPDATE SKIP LOCKED)`,
+			`WHERE ` + DeadLock + ` AND (QUEUED_UNTIL IS NULL OR QUEUED_UNTIL < {now}) LIMIT :batch FOR UPDATE SKIP LOCKED)`,
 		Queue: &QueueSQL{
-			AcquireOrWait: `WITH a AS (` + pgAcquire + `), ` +
+			// The waiter writes the lock row whenever it does not take
+			// the lease, raising QUEUED_UNTIL to its place's deadline: so
+			// it serializes with a release on the row lock, and a release
+			// either sees the flag (and hands the lease over or wakes the
+			// waiter) or runs before, and the waiter takes the expired
+			// lease itself. taken says which.
+			AcquireOrWait: `WITH a AS (` + pgAcquireOrQueue + `), ` +
 				`d AS (DELETE FROM {prefix}LOCK_WAIT WHERE LOCK_KEY = :lock_key AND REGION = :region AND CLIENT_ID = :client_id ` +
-				`AND EXISTS (SELECT 1 FROM a)), ` +
+				`AND EXISTS (SELECT 1 FROM a WHERE a.taken)), ` +
 				`w AS (INSERT INTO {prefix}LOCK_WAIT (LOCK_KEY, REGION, CLIENT_ID, WAITING_SINCE, WAITING_UNTIL, LEASE_MICROS, HOLDER) ` +
 				`SELECT :lock_key, :region, :client_id, {now}, {now+:wait}, :ttl, :holder ` +
-				`WHERE NOT EXISTS (SELECT 1 FROM a) ` +
+				`WHERE NOT EXISTS (SELECT 1 FROM a WHERE a.taken) ` +
 				`ON CONFLICT (LOCK_KEY, REGION, CLIENT_ID) DO UPDATE SET WAITING_UNTIL = EXCLUDED.WAITING_UNTIL, ` +
 				`LEASE_MICROS = EXCLUDED.LEASE_MICROS, ` +
 				`WAITING_SINCE = CASE WHEN {prefix}LOCK_WAIT.WAITING_UNTIL < EXCLUDED.WAITING_SINCE ` +
 				`THEN EXCLUDED.WAITING_SINCE ELSE {prefix}LOCK_WAIT.WAITING_SINCE END) ` +
-				`SELECT FENCE FROM a`,
+				`SELECT FENCE FROM a WHERE a.taken`,
 			// The first live waiter (nx), if any, gets the lease for the
 			// length it asked for, with a new token, leaves the queue and
 			// hears of it by NOTIFY ("LOCK_KEY CLIENT_ID"), and its HOLDER
 			// becomes the row's; otherwise the row expires in place.
+			// QUEUED_UNTIL becomes the last deadline of the waiters that
+			// remain (rest), NULL without any; but a waiter that queued
+			// after this statement's snapshot (it changed the flag since:
+			// was) is not in nx or rest, so the flag it raised stays, and
+			// when nobody was served all waiters of the key are woken
+			// ("LOCK_KEY") to ask again.
 			Release: `WITH nx AS (SELECT w.CLIENT_ID, w.LEASE_MICROS, w.HOLDER FROM {prefix}LOCK_WAIT w ` +
 				`WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region AND w.CLIENT_ID <> :client_id ` +
 				`AND w.WAITING_UNTIL >= {now} AND w.LEASE_MICROS > 0 ORDER BY w.WAITING_SINCE, w.CLIENT_ID LIMIT 1), ` +
+				`rest AS (SELECT max(w.WAITING_UNTIL) AS u FROM {prefix}LOCK_WAIT w ` +
+				`WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region AND w.WAITING_UNTIL >= {now} ` +
+				`AND w.CLIENT_ID IS DISTINCT FROM (SELECT CLIENT_ID FROM nx)), ` +
+				`was AS (SELECT QUEUED_UNTIL AS q FROM {prefix}LOCK WHERE REGION = :region AND LOCK_KEY = :lock_key), ` +
 				`r AS (UPDATE {prefix}LOCK l SET CLIENT_ID = COALESCE((SELECT CLIENT_ID FROM nx), l.CLIENT_ID), ` +
 				`EXPIRED_AFTER = COALESCE({now} + (SELECT LEASE_MICROS FROM nx) * INTERVAL '1 microsecond', {past}), ` +
 				`FENCE = CASE WHEN EXISTS (SELECT 1 FROM nx) ` +
 				`THEN GREATEST(l.FENCE + 1, {clock}) ELSE l.FENCE END, ` +
-				`HOLDER = CASE WHEN EXISTS (SELECT 1 FROM nx) THEN (SELECT HOLDER FROM nx) ELSE l.HOLDER END ` +
-				`WHERE l.REGION = :region AND l.LOCK_KEY = :lock_key AND l.CLIENT_ID = :client_id RETURNING l.LOCK_KEY), ` +
+				`HOLDER = CASE WHEN EXISTS (SELECT 1 FROM nx) THEN (SELECT HOLDER FROM nx) ELSE l.HOLDER END, ` +
+				`QUEUED_UNTIL = CASE WHEN l.QUEUED_UNTIL IS DISTINCT FROM (SELECT q FROM was) ` +
+				`THEN l.QUEUED_UNTIL ELSE (SELECT u FROM rest) END ` +
+				`WHERE l.REGION = :region AND l.LOCK_KEY = :lock_key AND l.CLIENT_ID = :client_id ` +
+				`RETURNING l.LOCK_KEY, l.QUEUED_UNTIL), ` +
 				`d AS (DELETE FROM {prefix}LOCK_WAIT w USING nx, r WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region ` +
 				`AND w.CLIENT_ID = nx.CLIENT_ID) ` +
 				`SELECT count(*) FROM r LEFT JOIN LATERAL (SELECT pg_notify(CAST(:channel AS TEXT), ` +
-				`CAST(r.LOCK_KEY AS TEXT) || ' ' || CAST(nx.CLIENT_ID AS TEXT)) FROM nx) n ON true`,
+				`CAST(r.LOCK_KEY AS TEXT) || COALESCE(' ' || CAST((SELECT CLIENT_ID FROM nx) AS TEXT), '')) ` +
+				`WHERE EXISTS (SELECT 1 FROM nx) OR r.QUEUED_UNTIL >= {now}) n ON true`,
 			// Expire is Release when nobody waits: it expires the row in
 			// place, as Release does when it finds no waiter, and touches
-			// nothing when it finds one, for Release to hand the lease
-			// over. It reads the queue once, where Release also writes it
-			// and notifies: a quarter of Release's server time
-			// (pg_stat_statements, docs/benchmarks.md).
+			// nothing while the has-waiters flag is live, for Release to
+			// hand the lease over. It reads no queue: a waiter that queues
+			// meanwhile writes the row, and the flag it raises stops this
+			// UPDATE (PostgreSQL checks the condition again on the row's
+			// latest version).
 			Expire: pgExpire,
 			Handed: `SELECT FENCE, CAST(EXTRACT(EPOCH FROM (EXPIRED_AFTER - {now})) * 1000000 AS BIGINT) FROM {prefix}LOCK ` +
 				`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id AND EXPIRED_AFTER > {now}`,
-			Leave: `WITH d AS (DELETE FROM {prefix}LOCK_WAIT WHERE LOCK_KEY = :lock_key AND REGION = :region AND CLIENT_ID = :client_id), ` +
-				`r AS (UPDATE {prefix}LOCK SET EXPIRED_AFTER = {past} WHERE REGION = :region AND LOCK_KEY = :lock_key ` +
-				`AND CLIENT_ID = :client_id AND EXPIRED_AFTER > {now}) SELECT 1`,
+			// Leave writes the lock row first (r, which d waits for), in
+			// the order of Release and AcquireOrWait, lock row then queue
+			// row, so that they cannot deadlock; writing it always also
+			// waits for a release in flight, so that a lease handed to
+			// this client meanwhile is seen (on the row's latest version)
+			// and given back, and then the other waiters are woken.
+			Leave: `WITH r AS (UPDATE {prefix}LOCK SET EXPIRED_AFTER = CASE WHEN CLIENT_ID = :client_id ` +
+				`AND EXPIRED_AFTER > {now} THEN {past} ELSE EXPIRED_AFTER END ` +
+				`WHERE REGION = :region AND LOCK_KEY = :lock_key ` +
+				`RETURNING LOCK_KEY, CLIENT_ID = :client_id AND EXPIRED_AFTER < {now} AND QUEUED_UNTIL >= {now} AS wake), ` +
+				`d AS (DELETE FROM {prefix}LOCK_WAIT WHERE LOCK_KEY = :lock_key AND REGION = :region AND CLIENT_ID = :client_id ` +
+				`AND (SELECT count(*) FROM r) >= 0) ` +
+				`SELECT count(pg_notify(CAST(:channel AS TEXT), CAST(r.LOCK_KEY AS TEXT))) FROM r WHERE r.wake`,
 			// Nobody is served or ahead from a lapsed place, and a waiter
 			// that asks again starts a new one.
 			Sweep: `DELETE FROM {prefix}LOCK_WAIT WHERE (LOCK_KEY, REGION, CLIENT_ID) IN (` +
 				`SELECT LOCK_KEY, REGION, CLIENT_ID FROM {prefix}LOCK_WAIT WHERE REGION = :region AND WAITING_UNTIL < {now} ` +
 				`LIMIT :batch FOR UPDATE SKIP LOCKED)`,
+			FlagColumn: "QUEUED_UNTIL",
+			FlagScript: "000005_lock_queued.up.sql",
 		},
 	},
 
@@ -137,30 +172,49 @@ var Postgres = register(&Dialect{
 	},
 })
 
-// pgAcquire is PostgreSQL's acquire statement; pgAhead finds, within its
-// ON CONFLICT clause, a live waiter of another client that began to wait
-// before this one (or before now, if this one is not waiting): while there
-// is one, the lease is not this client's to take.
+// pgAcquire is PostgreSQL's acquire statement: a lease that is this
+// client's (taken before, or handed over by a release) it extends; an
+// expired one it takes only when no live waiter is ahead in the queue
+// (pgAhead), which it reads only while the row's has-waiters flag
+// QUEUED_UNTIL is live. pgAhead finds, within the ON CONFLICT clause, a live
+// waiter of another client that began to wait before this one (or before
+// now, if this one is not waiting): while there is one, the lease is not
+// this client's to take.
 const (
-	pgAcquire = `INSERT INTO {prefix}LOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE, LOCK_NAME, HOLDER) ` +
+	pgInsert = `INSERT INTO {prefix}LOCK (LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER, FENCE, LOCK_NAME, HOLDER) ` +
 		`VALUES (:lock_key, :region, :client_id, {now}, {now+:ttl}, {clock}, :lock_name, :holder) ` +
-		`ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET CLIENT_ID = EXCLUDED.CLIENT_ID, EXPIRED_AFTER = EXCLUDED.EXPIRED_AFTER, ` +
+		`ON CONFLICT (LOCK_KEY, REGION) DO UPDATE SET `
+	pgTake = `({prefix}LOCK.CLIENT_ID = EXCLUDED.CLIENT_ID AND {prefix}LOCK.EXPIRED_AFTER >= EXCLUDED.CREATED_DATE) ` +
+		`OR ({prefix}LOCK.EXPIRED_AFTER < EXCLUDED.CREATED_DATE AND ({prefix}LOCK.QUEUED_UNTIL IS NULL ` +
+		`OR {prefix}LOCK.QUEUED_UNTIL < EXCLUDED.CREATED_DATE OR NOT EXISTS (` + pgAhead + `)))`
+	pgAcquire = pgInsert + `CLIENT_ID = EXCLUDED.CLIENT_ID, EXPIRED_AFTER = EXCLUDED.EXPIRED_AFTER, ` +
 		`FENCE = GREATEST({prefix}LOCK.FENCE + 1, EXCLUDED.FENCE), HOLDER = EXCLUDED.HOLDER, ` +
 		`LOCK_NAME = COALESCE({prefix}LOCK.LOCK_NAME, EXCLUDED.LOCK_NAME) ` +
-		`WHERE ({prefix}LOCK.CLIENT_ID = EXCLUDED.CLIENT_ID AND {prefix}LOCK.EXPIRED_AFTER >= EXCLUDED.CREATED_DATE) ` +
-		`OR ({prefix}LOCK.EXPIRED_AFTER < EXCLUDED.CREATED_DATE AND NOT EXISTS (` + pgAhead + `)) ` +
-		`RETURNING FENCE`
+		`WHERE ` + pgTake + ` RETURNING FENCE`
+	// pgAcquireOrQueue is pgAcquire that, when it does not take the lease,
+	// raises QUEUED_UNTIL to the deadline of the waiter's place instead of
+	// leaving the row alone; taken says whether it took the lease. The
+	// condition is evaluated once (OFFSET 0 keeps it from being inlined
+	// into each CASE).
+	pgAcquireOrQueue = pgInsert + `(CLIENT_ID, EXPIRED_AFTER, FENCE, HOLDER, LOCK_NAME, QUEUED_UNTIL) = (SELECT ` +
+		`CASE WHEN t.take THEN EXCLUDED.CLIENT_ID ELSE {prefix}LOCK.CLIENT_ID END, ` +
+		`CASE WHEN t.take THEN EXCLUDED.EXPIRED_AFTER ELSE {prefix}LOCK.EXPIRED_AFTER END, ` +
+		`CASE WHEN t.take THEN GREATEST({prefix}LOCK.FENCE + 1, EXCLUDED.FENCE) ELSE {prefix}LOCK.FENCE END, ` +
+		`CASE WHEN t.take THEN EXCLUDED.HOLDER ELSE {prefix}LOCK.HOLDER END, ` +
+		`COALESCE({prefix}LOCK.LOCK_NAME, EXCLUDED.LOCK_NAME), ` +
+		`CASE WHEN t.take THEN {prefix}LOCK.QUEUED_UNTIL ELSE GREATEST({prefix}LOCK.QUEUED_UNTIL, {now+:wait}) END ` +
+		`FROM (SELECT ` + pgTake + ` AS take OFFSET 0) t) ` +
+		`RETURNING FENCE, CLIENT_ID = :client_id AND EXPIRED_AFTER > {now} AS taken`
 	pgAhead = `SELECT 1 FROM {prefix}LOCK_WAIT o WHERE o.LOCK_KEY = EXCLUDED.LOCK_KEY AND o.REGION = EXCLUDED.REGION ` +
 		`AND o.CLIENT_ID <> EXCLUDED.CLIENT_ID AND o.WAITING_UNTIL >= EXCLUDED.CREATED_DATE ` +
 		`AND o.WAITING_SINCE < COALESCE((SELECT m.WAITING_SINCE FROM {prefix}LOCK_WAIT m WHERE m.LOCK_KEY = EXCLUDED.LOCK_KEY ` +
 		`AND m.REGION = EXCLUDED.REGION AND m.CLIENT_ID = EXCLUDED.CLIENT_ID AND m.WAITING_UNTIL >= EXCLUDED.CREATED_DATE), ` +
 		`EXCLUDED.CREATED_DATE)`
-	// pgExpire is QueueSQL.Expire: Release's statement with no live
-	// waiter to serve (the waiter condition is Release's).
+	// pgExpire is QueueSQL.Expire: this client's row expires in place
+	// unless the has-waiters flag is live.
 	pgExpire = `UPDATE {prefix}LOCK SET EXPIRED_AFTER = {past} ` +
-		`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id AND NOT EXISTS (` +
-		`SELECT 1 FROM {prefix}LOCK_WAIT w WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region AND w.CLIENT_ID <> :client_id ` +
-		`AND w.WAITING_UNTIL >= {now} AND w.LEASE_MICROS > 0)`
+		`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id ` +
+		`AND (QUEUED_UNTIL IS NULL OR QUEUED_UNTIL < {now})`
 )
 
 // pgSchemaObject matches the statements of the scripts that create what may

@@ -1,0 +1,3 @@
+-- +goose Down
+-- Removes what 000005 added.
+ALTER TABLE INT_LOCK DROP COLUMN IF EXISTS QUEUED_UNTIL;
