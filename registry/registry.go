@@ -30,6 +30,8 @@ type Registry struct {
 	tel  *telemetry  // nil when it reports no metrics or spans
 	log  *tel.Logger // for errors without a caller and an error handler
 
+	sharedBound atomic.Pointer[sharedBound] // see bound; nil until the first statement
+
 	mu     sync.Mutex
 	active map[string]*keyState              // held or awaited: never evicted
 	idle   *simplelru.LRU[string, *keyState] // neither held nor awaited
