@@ -16,8 +16,9 @@ type keyState struct {
 	handle *lockHandle // what Obtain returns for the key
 
 	// Guarded by reg.mu.
-	refs     int // waiters plus the holder
-	lastUsed time.Time
+	refs       int // waiters plus the holder
+	lastUsed   time.Time
+	prev, next *keyState // in the idle cache's list, while idle
 
 	// sem holds one token while a goroutine of this process owns the key
 	// locally; only the owner talks to the repository, so local waiters
