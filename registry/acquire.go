@@ -78,10 +78,10 @@ func (a *acquisition) run(ctx context.Context) (bool, error) {
 		sent := time.Now()
 		actx, cancel := k.reg.bound(ctx, a.ttl, sent)
 		lease, ok, err := a.ask(actx)
+		err = transient(ctx, actx, err) // before cancel, which ends actx too
 		if cancel != nil {
 			cancel()
 		}
-		err = transient(ctx, actx, err)
 		a.ambiguous = err != nil && (errors.Is(err, ErrTransient) || ctx.Err() != nil)
 		var delay time.Duration
 		switch {

@@ -225,3 +225,42 @@ func TestDoneOfALeaseShorterThanTheSafetyMarginClosesAtOnce(t *testing.T) {
 		l.Unlock()
 	})
 }
+
+// A non-transient error of a call with a TTL of its own (whose statements
+// get a bound of their own, not the registry's shared one) is returned at
+// once, not retried as if the bound had cut the statement.
+func TestNonTransientErrorsOfCallsWithTheirOwnTTLAreReturnedNotRetried(t *testing.T) {
+	repo, _ := newHooked()
+	denied := errors.New("permission denied")
+	var failAcquire, failRenew, failRelease atomic.Bool
+	repo.acquire = func(context.Context) (bool, bool, error) { return failAcquire.Load(), false, denied }
+	repo.renew = func(context.Context) (bool, error) { return failRenew.Load(), denied }
+	repo.release = func(context.Context) (bool, error) { return failRelease.Load(), denied }
+	l := newReg(t, repo, registry.WithErrorHandler(func(string, error) {})).Obtain("k")
+	const ttl = 2 * time.Second // not the registry's
+	failAcquire.Store(true)
+	if err := l.LockTTL(context.Background(), ttl); !errors.Is(err, denied) || errors.Is(err, registry.ErrTransient) {
+		t.Fatalf("LockTTL: %v, want the error as it is", err)
+	}
+	if n := repo.acquires.Load(); n != 1 {
+		t.Fatalf("%d acquire calls, want 1", n)
+	}
+	failAcquire.Store(false)
+	if err := l.LockTTL(context.Background(), ttl); err != nil {
+		t.Fatal(err)
+	}
+	failRenew.Store(true)
+	if err := l.Renew(context.Background()); !errors.Is(err, denied) || errors.Is(err, registry.ErrTransient) {
+		t.Fatalf("Renew: %v, want the error as it is", err)
+	}
+	if n := repo.renews.Load(); n != 1 {
+		t.Fatalf("%d renew calls, want 1", n)
+	}
+	failRelease.Store(true)
+	if err := l.UnlockContext(context.Background()); !errors.Is(err, denied) || errors.Is(err, registry.ErrTransient) {
+		t.Fatalf("UnlockContext: %v, want the error as it is", err)
+	}
+	if n := repo.releases.Load(); n != 1 {
+		t.Fatalf("%d release calls, want 1", n)
+	}
+}

@@ -23,13 +23,13 @@ type hold struct {
 	reg   *Registry
 	key   string
 	token int64
-	done  chan struct{} // closed at most once, when the hold ends or may have
 
 	mu       sync.Mutex    // guards what follows
+	done     chan struct{} // made by the first Done call; closed when lost is set
 	ttl      time.Duration // of the lease, for renewals
 	expiry   time.Time     // local time by which the lease ends unless renewed
 	deadline time.Time     // expiry less the safety margin: done closes then
-	lost     bool          // done is closed
+	lost     bool          // the hold ended or may have: done, if made, is closed
 	lostLive bool          // done closed before the unlock
 	ended    bool          // unlocked: renewals no longer count
 	renewal  *time.Timer   // keep-alive; nil without WithKeepAlive
@@ -39,7 +39,7 @@ type hold struct {
 // newHold returns the hold of lease of k, taken for ttl by the
 // acquisition of ctx; keyState.setCurrent arms it.
 func newHold(ctx context.Context, k *keyState, lease Lease, ttl time.Duration) *hold {
-	return &hold{k: k, reg: k.reg, key: k.key, token: lease.Token, ttl: ttl, done: make(chan struct{}),
+	return &hold{k: k, reg: k.reg, key: k.key, token: lease.Token, ttl: ttl,
 		tel: k.reg.tel.startHold(ctx, k.key, lease.Token)}
 }
 
@@ -89,7 +89,9 @@ func (h *hold) lose(reason lossReason) {
 		return
 	}
 	h.lost = true
-	close(h.done)
+	if h.done != nil {
+		close(h.done)
+	}
 	if reason != lossNone {
 		h.lostLive = true
 		h.tel.lost(reason)
@@ -97,6 +99,20 @@ func (h *hold) lose(reason lossReason) {
 	if h.renewal != nil {
 		h.renewal.Stop()
 	}
+}
+
+// doneChan returns the channel of Lock.Done: closed once lost, made only
+// when asked for, since most holds are never asked.
+func (h *hold) doneChan() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost {
+		return closedChan
+	}
+	if h.done == nil {
+		h.done = make(chan struct{})
+	}
+	return h.done
 }
 
 // end finishes the hold at unlock, before its lease is released.
@@ -245,10 +261,10 @@ func (h *hold) retry(ctx context.Context, op retryOp, renewTTL time.Duration) er
 			}
 			ambiguous = ambiguous || err != nil
 		}
+		err = transient(ctx, actx, err) // before cancel, which ends actx too
 		if cancel != nil {
 			cancel()
 		}
-		err = transient(ctx, actx, err)
 		switch {
 		case err == nil:
 			return nil
