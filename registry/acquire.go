@@ -43,9 +43,9 @@ type acquisition struct {
 	k       *keyState
 	ttl     time.Duration
 	mode    waitMode
-	queue   Queue        // nil if the repository is none
-	handOff HandOffQueue // nil if the repository is none
-	bo      *backoff.Backoff
+	queue   Queue            // nil if the repository is none
+	handOff HandOffQueue     // nil if the repository is none
+	bo      *backoff.Backoff // nil until a transient error is retried
 
 	ambiguous bool // the last attempt may have taken the lease
 	queued    bool // this client may have a place in the key's queue
@@ -62,7 +62,7 @@ type acquisition struct {
 // the background before the local primitive is given up, so that no one in
 // this process can take the key while a stale release is pending.
 func (k *keyState) takeLease(ctx context.Context, ttl time.Duration, mode waitMode) (acquired bool, err error) {
-	a := &acquisition{k: k, ttl: ttl, mode: mode, bo: newBackoff(k.reg.opts.idle)}
+	a := &acquisition{k: k, ttl: ttl, mode: mode}
 	a.queue, _ = k.reg.repo.(Queue)
 	a.handOff, _ = k.reg.repo.(HandOffQueue)
 	defer func() { a.finish(acquired) }()
@@ -75,21 +75,19 @@ func (a *acquisition) run(ctx context.Context) (bool, error) {
 		if ctx.Err() != nil || pastDeadline(ctx) {
 			return false, wrap("lock", k.key, deadlineIsNotError(ctx, a.mode))
 		}
-		var (
-			lease Lease
-			ok    bool
-		)
 		sent := time.Now()
-		err := attempt(ctx, a.ttl, func(ctx context.Context) (err error) {
-			lease, ok, err = a.ask(ctx)
-			return err
-		})
+		actx, cancel := k.reg.bound(ctx, a.ttl, sent)
+		lease, ok, err := a.ask(actx)
+		err = transient(ctx, actx, err) // before cancel, which ends actx too
+		if cancel != nil {
+			cancel()
+		}
 		a.ambiguous = err != nil && (errors.Is(err, ErrTransient) || ctx.Err() != nil)
 		var delay time.Duration
 		switch {
 		case err == nil && ok:
 			a.queued = false // taking the lease left the queue
-			k.setCurrent(newHold(ctx, k.reg, k.key, lease, a.ttl, sent))
+			k.setCurrent(ctx, lease, a.ttl, sent)
 			return true, nil
 		case err == nil:
 			if a.mode == waitNever {
@@ -104,6 +102,9 @@ func (a *acquisition) run(ctx context.Context) (bool, error) {
 			}
 			k.reg.report(k.key, wrap("lock (retrying)", k.key, err))
 			k.reg.tel.retried(retryAcquire)
+			if a.bo == nil { // made only once a try fails: most acquisitions never retry
+				a.bo = newBackoff(k.reg.opts.idle)
+			}
 			delay = a.bo.Next()
 		default:
 			return false, wrap("lock", k.key, err)
@@ -139,7 +140,9 @@ func (a *acquisition) ask(ctx context.Context) (Lease, bool, error) {
 // to a [Notifier], since a release between the attempt and the
 // subscription would go unheard.
 func (a *acquisition) heldElsewhere() time.Duration {
-	a.bo.Reset()
+	if a.bo != nil {
+		a.bo.Reset()
+	}
 	if n, ok := a.k.reg.repo.(Notifier); ok && a.wake == nil {
 		a.wake = make(chan struct{}, 1)
 		a.stop = n.Notify(a.k.key, a.wake)

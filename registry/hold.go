@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -18,37 +19,28 @@ import (
 // by then (the watchdog), renews it in the background with
 // [WithKeepAlive], and releases it at unlock.
 type hold struct {
+	k     *keyState
 	reg   *Registry
 	key   string
 	token int64
-	done  chan struct{} // closed at most once, when the hold ends or may have
 
 	mu       sync.Mutex    // guards what follows
+	done     chan struct{} // made by the first Done call; closed when lost is set
 	ttl      time.Duration // of the lease, for renewals
 	expiry   time.Time     // local time by which the lease ends unless renewed
 	deadline time.Time     // expiry less the safety margin: done closes then
-	lost     bool          // done is closed
+	lost     bool          // the hold ended or may have: done, if made, is closed
 	lostLive bool          // done closed before the unlock
 	ended    bool          // unlocked: renewals no longer count
-	watchdog *time.Timer   // closes done at deadline
 	renewal  *time.Timer   // keep-alive; nil without WithKeepAlive
 	tel      *holdTel      // nil without telemetry
 }
 
-// newHold returns the armed hold of lease, taken for ttl by a statement
-// sent at sent, by the acquisition of ctx. A lease handed over lasts only
-// what remained of it.
-func newHold(ctx context.Context, reg *Registry, key string, lease Lease, ttl time.Duration, sent time.Time) *hold {
-	h := &hold{reg: reg, key: key, token: lease.Token, ttl: ttl, done: make(chan struct{}),
-		tel: reg.tel.startHold(ctx, key, lease.Token)}
-	length := ttl
-	if lease.TTL > 0 {
-		length = lease.TTL
-	}
-	h.mu.Lock()
-	h.arm(sent, length)
-	h.mu.Unlock()
-	return h
+// newHold returns the hold of lease of k, taken for ttl by the
+// acquisition of ctx; keyState.setCurrent arms it.
+func newHold(ctx context.Context, k *keyState, lease Lease, ttl time.Duration) *hold {
+	return &hold{k: k, reg: k.reg, key: k.key, token: lease.Token, ttl: ttl,
+		tel: k.reg.tel.startHold(ctx, k.key, lease.Token)}
 }
 
 // arm sets the expiry from the send time of the statement that took or
@@ -58,10 +50,10 @@ func newHold(ctx context.Context, reg *Registry, key string, lease Lease, ttl ti
 func (h *hold) arm(sent time.Time, length time.Duration) {
 	h.expiry = sent.Add(length)
 	h.deadline = h.expiry.Add(-h.ttl / 5)
-	if h.watchdog == nil {
-		h.watchdog = time.AfterFunc(time.Until(h.deadline), h.watch)
+	if k := h.k; k.watchdog == nil {
+		k.watchdog = time.AfterFunc(time.Until(h.deadline), k.watch)
 	} else {
-		h.watchdog.Reset(time.Until(h.deadline))
+		k.watchdog.Reset(time.Until(h.deadline))
 	}
 	if !h.reg.opts.keepAlive {
 		return
@@ -81,8 +73,8 @@ func (h *hold) watch() {
 	if h.ended || h.lost {
 		return
 	}
-	if wait := time.Until(h.deadline); wait > 0 { // renewed as the timer fired
-		h.watchdog.Reset(wait)
+	if wait := time.Until(h.deadline); wait > 0 { // renewed as the timer fired, or a firing for an earlier hold
+		h.k.watchdog.Reset(wait)
 		return
 	}
 	h.lose(lossExpired)
@@ -97,7 +89,9 @@ func (h *hold) lose(reason lossReason) {
 		return
 	}
 	h.lost = true
-	close(h.done)
+	if h.done != nil {
+		close(h.done)
+	}
 	if reason != lossNone {
 		h.lostLive = true
 		h.tel.lost(reason)
@@ -107,13 +101,27 @@ func (h *hold) lose(reason lossReason) {
 	}
 }
 
+// doneChan returns the channel of Lock.Done: closed once lost, made only
+// when asked for, since most holds are never asked.
+func (h *hold) doneChan() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost {
+		return closedChan
+	}
+	if h.done == nil {
+		h.done = make(chan struct{})
+	}
+	return h.done
+}
+
 // end finishes the hold at unlock, before its lease is released.
 func (h *hold) end() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ended = true
-	if h.watchdog != nil {
-		h.watchdog.Stop()
+	if w := h.k.watchdog; w != nil {
+		w.Stop() // the key's next hold resets it
 	}
 	h.lose(lossNone)
 }
@@ -137,9 +145,7 @@ func (h *hold) renew(ctx context.Context, ttl time.Duration) error {
 		return wrap("renew", h.key, errGivenUp)
 	}
 	sent := time.Now()
-	err := h.retry(ctx, "renew", func(ctx context.Context) error {
-		return h.reg.repo.Renew(ctx, h.key, ttl)
-	})
+	err := h.retry(ctx, retryRenew, ttl)
 	if h.renewed(ttl, sent, err) {
 		return wrap("renew", h.key, errGivenUp)
 	}
@@ -209,44 +215,73 @@ func (h *hold) keepAlive() {
 // release gives the lease back to the repository after end.
 func (h *hold) release(ctx context.Context) (err error) {
 	h.mu.Lock()
-	expiry, lostLive := h.expiry, h.lostLive
+	lostLive := h.lostLive
 	h.mu.Unlock()
 	if h.tel != nil {
 		var span trace.Span
 		ctx, span = h.tel.startRelease(ctx)
 		defer func() { h.tel.ended(ctx, span, lostLive, err) }()
 	}
-	ambiguous := false // an earlier attempt failed and may have committed
-	return h.retry(ctx, "unlock", func(ctx context.Context) error {
-		sent := time.Now()
-		err := h.reg.repo.Release(ctx, h.key)
-		if ambiguous && errors.Is(err, ErrLockLost) && sent.Before(expiry) {
-			// The lease was unexpired when this attempt was sent, so only
-			// our own earlier release (or its hand-off) can have made the
-			// row another client's: that attempt committed and its reply
-			// was lost.
-			return nil
-		}
-		if err != nil {
-			ambiguous = true
-		}
-		return err
-	})
+	return h.retry(ctx, retryRelease, 0)
 }
 
-// retry runs the release or renewal call for op, retrying transient errors
-// until ctx is done or the lease has run out its TTL.
-func (h *hold) retry(ctx context.Context, op string, call func(context.Context) error) error {
+// retry makes the renewal for renewTTL (op retryRenew) or the release (op
+// retryRelease), each call bounded by the hold's TTL, and retries
+// transient errors with backoff until ctx is done or the next retry would
+// start after the lease's expiry, when a retry could no longer matter. It
+// returns nil, the first error that is not transient, ctx's error, or,
+// when it gives up, an error wrapping both ErrLockLost and the last
+// transient error: the lease runs out before any retry could succeed, so
+// the hold is over whatever the repository did, and a caller must treat
+// the guarded data as possibly changed by another holder.
+func (h *hold) retry(ctx context.Context, op retryOp, renewTTL time.Duration) error {
+	name := "unlock"
+	if op == retryRenew {
+		name = "renew"
+	}
 	h.mu.Lock()
 	ttl, expiry := h.ttl, h.expiry
 	h.mu.Unlock()
-	err := retryUntil(ctx, expiry, ttl, h.reg.opts.idle, func(err error) {
-		h.reg.report(h.key, wrap(op+" (retrying)", h.key, err))
-		if op == "renew" {
-			h.reg.tel.retried(retryRenew)
+	var bo *backoff.Backoff // made only once a call fails
+	ambiguous := false      // an earlier release failed and may have committed
+	for {
+		sent := time.Now()
+		actx, cancel := h.reg.bound(ctx, ttl, sent)
+		var err error
+		if op == retryRenew {
+			err = h.reg.repo.Renew(actx, h.key, renewTTL)
 		} else {
-			h.reg.tel.retried(retryRelease)
+			err = h.reg.repo.Release(actx, h.key)
+			if ambiguous && errors.Is(err, ErrLockLost) && sent.Before(expiry) {
+				// The lease was unexpired when this attempt was sent, so
+				// only our own earlier release (or its hand-off) can have
+				// made the row another client's: that attempt committed
+				// and its reply was lost.
+				err = nil
+			}
+			ambiguous = ambiguous || err != nil
 		}
-	}, call)
-	return wrap(op, h.key, err)
+		err = transient(ctx, actx, err) // before cancel, which ends actx too
+		if cancel != nil {
+			cancel()
+		}
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil || !errors.Is(err, ErrTransient):
+			return wrap(name, h.key, err)
+		}
+		if bo == nil {
+			bo = newBackoff(h.reg.opts.idle)
+		}
+		delay := bo.Next()
+		if time.Until(expiry) < delay {
+			return wrap(name, h.key, fmt.Errorf("%w: gave up as the lease expires before a retry: %w", ErrLockLost, err))
+		}
+		h.reg.report(h.key, wrap(name+" (retrying)", h.key, err))
+		h.reg.tel.retried(op)
+		if !backoff.Sleep(ctx, delay, nil) {
+			return wrap(name, h.key, ctx.Err())
+		}
+	}
 }

@@ -16,8 +16,9 @@ type keyState struct {
 	handle *lockHandle // what Obtain returns for the key
 
 	// Guarded by reg.mu.
-	refs     int // waiters plus the holder
-	lastUsed time.Time
+	refs       int // waiters plus the holder
+	lastUsed   time.Time
+	prev, next *keyState // in the idle cache's list, while idle
 
 	// sem holds one token while a goroutine of this process owns the key
 	// locally; only the owner talks to the repository, so local waiters
@@ -26,6 +27,12 @@ type keyState struct {
 
 	mu  sync.Mutex // guards cur and cleaning
 	cur *hold      // the current hold, nil when not held
+	// watchdog closes the current hold's done at its deadline (see
+	// hold.watch): one timer for all the holds of the key, made by its
+	// first hold, so that a hold costs no timer of its own. It is set
+	// under mu and the hold's mu, and reset and stopped only under the
+	// current hold's mu.
+	watchdog *time.Timer
 	// cleaning, while not nil, says that sem's token is held by the
 	// clean-up of an abandoned attempt, not by a holder or a taker; it is
 	// closed when the clean-up gives the token back. Giving it back and
@@ -116,11 +123,31 @@ func (k *keyState) current() *hold {
 	return k.cur
 }
 
-// setCurrent records h, just taken, as the current hold.
-func (k *keyState) setCurrent(h *hold) {
+// setCurrent records the hold of lease, just taken for ttl by a statement
+// sent at sent by the acquisition of ctx, as the current hold, and arms
+// its watchdog: both under mu, so that a watchdog that fires at once
+// (the lease came back with less than its safety margin) finds the hold.
+func (k *keyState) setCurrent(ctx context.Context, lease Lease, ttl time.Duration, sent time.Time) {
+	h := newHold(ctx, k, lease, ttl)
+	length := ttl
+	if lease.TTL > 0 { // a lease handed over lasts only what remained of it
+		length = lease.TTL
+	}
 	k.mu.Lock()
 	k.cur = h
+	h.mu.Lock()
+	h.arm(sent, length)
+	h.mu.Unlock()
 	k.mu.Unlock()
+}
+
+// watch is the watchdog's function: it lets the current hold, if any,
+// check its deadline. A firing meant for an earlier hold finds a later
+// hold whose deadline has not passed, or none.
+func (k *keyState) watch() {
+	if h := k.current(); h != nil {
+		h.watch()
+	}
 }
 
 // unhold ends the current hold and returns it, or returns nil if the key

@@ -236,7 +236,7 @@ func (l *lockHandle) Token() int64 {
 
 func (l *lockHandle) Done() <-chan struct{} {
 	if h := l.current(); h != nil {
-		return h.done
+		return h.doneChan()
 	}
 	return closedChan
 }

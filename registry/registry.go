@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -30,9 +29,11 @@ type Registry struct {
 	tel  *telemetry  // nil when it reports no metrics or spans
 	log  *tel.Logger // for errors without a caller and an error handler
 
+	sharedBound atomic.Pointer[sharedBound] // see bound; nil until the first statement
+
 	mu     sync.Mutex
-	active map[string]*keyState              // held or awaited: never evicted
-	idle   *simplelru.LRU[string, *keyState] // neither held nor awaited
+	active map[string]*keyState // held or awaited: never evicted
+	idle   *idleCache           // neither held nor awaited
 	closed bool
 	done   chan struct{} // closed by Close: wakes every waiter
 	// background counts goroutines that Close waits for, through drained:
@@ -64,10 +65,6 @@ func New(repo Repository, opts ...Option) (*Registry, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	idle, err := simplelru.NewLRU[string, *keyState](o.cacheCapacity, nil)
-	if err != nil {
-		return nil, fmt.Errorf("registry: %w: %w", ErrInvalidOption, err)
-	}
 	d := describe(repo)
 	t, err := newTelemetry(&o, d)
 	if err != nil {
@@ -79,7 +76,7 @@ func New(repo Repository, opts ...Option) (*Registry, error) {
 		tel:    t,
 		log:    tel.NewLogger(o.logger, logFields(d)...),
 		active: make(map[string]*keyState),
-		idle:   idle,
+		idle:   newIdleCache(o.cacheCapacity),
 		done:   make(chan struct{}),
 	}, nil
 }
@@ -110,11 +107,11 @@ func (r *Registry) Obtain(key string) Lock {
 	if k, ok := r.active[key]; ok {
 		return k.handle
 	}
-	if k, ok := r.idle.Get(key); ok {
+	if k, ok := r.idle.get(key); ok {
 		return k.handle
 	}
 	l := &lockHandle{reg: r, key: key}
-	r.idle.Add(key, newKeyState(l))
+	r.idle.add(newKeyState(l))
 	return l
 }
 
@@ -125,11 +122,11 @@ func (r *Registry) ExpireUnusedOlderThan(age time.Duration) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, key := range r.idle.Keys() {
-		if k, ok := r.idle.Peek(key); ok && now.Sub(k.lastUsed) >= age {
-			r.idle.Remove(key)
+	r.idle.each(func(k *keyState) {
+		if now.Sub(k.lastUsed) >= age {
+			r.idle.remove(k)
 		}
-	}
+	})
 }
 
 // Close stops the registry: goroutines waiting for a lock return [ErrClosed]
@@ -173,9 +170,9 @@ func (r *Registry) pin(l *lockHandle) (*keyState, error) {
 	}
 	k := r.active[l.key]
 	if k == nil {
-		if c, ok := r.idle.Peek(l.key); ok {
+		if c, ok := r.idle.peek(l.key); ok {
 			k = c
-			r.idle.Remove(l.key)
+			r.idle.remove(c)
 		} else {
 			k = newKeyState(l)
 		}
@@ -195,7 +192,7 @@ func (r *Registry) unpin(k *keyState) {
 	}
 	delete(r.active, k.key)
 	k.lastUsed = time.Now()
-	r.idle.Add(k.key, k)
+	r.idle.add(k)
 }
 
 // holder returns the state of key if it is in use.
