@@ -262,8 +262,10 @@ func TestAMissingTableIsErrNoTable(t *testing.T) {
 	}
 }
 
-// A dialect that is not the database's makes lock attempts fail with the
-// database's syntax error, at once and without granting anything.
+// A dialect that is not the database's fails with the database's error,
+// at once and without granting anything: when the repository is made (its
+// check of the table reads a column or catalog that database does not
+// have) or at each lock attempt.
 func TestTheWrongDialectIsAClearErrorNeverALock(t *testing.T) {
 	for _, b := range allBackends(t) {
 		t.Run(b.Name, func(t *testing.T) {
@@ -278,7 +280,8 @@ func TestTheWrongDialectIsAClearErrorNeverALock(t *testing.T) {
 				noPanic(t, string(d), func() {
 					repo, err := jdbc.NewLockRepository(ctx, b.DB, jdbc.WithDialect(d), jdbc.WithRegion(run))
 					if err != nil {
-						t.Fatalf("WithDialect(%s): %v", d, err)
+						t.Logf("WithDialect(%s) on %s: refused when made: %v", d, b.Name, err)
+						return
 					}
 					reg, err := registry.New(repo, registry.WithErrorHandler(func(string, error) {}))
 					if err != nil {
