@@ -33,6 +33,13 @@ func forEachDB(t *testing.T, test func(t *testing.T, db testDB)) {
 	testdb.ForEach(t, func(t *testing.T, b testdb.Backend) { test(t, testDB{b}) })
 }
 
+// forEachDBWhere runs test on each database for which applies is true.
+func forEachDBWhere(t *testing.T, applies func(db testDB) bool, test func(t *testing.T, db testDB)) {
+	t.Helper()
+	testdb.ForEachWhere(t, func(b testdb.Backend) bool { return applies(testDB{b}) },
+		func(t *testing.T, b testdb.Backend) { test(t, testDB{b}) })
+}
+
 // sqliteDB opens the SQLite backend alone.
 func sqliteDB(t testing.TB) testDB { return testDB{testdb.SQLite(t)} }
 

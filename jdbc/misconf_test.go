@@ -27,10 +27,8 @@ func withDSNParam(dsn, param string) string {
 }
 
 func TestClientFoundRowsDoesNotGrantAHeldLock(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		if db.Dialect != jdbc.MySQL {
-			t.Skip("clientFoundRows is a go-sql-driver/mysql setting")
-		}
+	// MySQL only: clientFoundRows is a go-sql-driver/mysql setting.
+	forEachDBWhere(t, func(db testDB) bool { return db.Dialect == jdbc.MySQL }, func(t *testing.T, db testDB) {
 		found := db
 		found.DSN = withDSNParam(db.DSN, "clientFoundRows=true")
 		found.DB = openPool(t, found.Driver, found.DSN)

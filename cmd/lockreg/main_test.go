@@ -52,10 +52,7 @@ type target struct {
 // forEachBackend runs test on each backend (PostgreSQL once: the command
 // always uses pgx) with fresh tables.
 func forEachBackend(t *testing.T, test func(t *testing.T, tg target)) {
-	testdb.ForEach(t, func(t *testing.T, b testdb.Backend) {
-		if b.Name == "postgres-pq" {
-			t.Skip("not applicable: the lockreg command always opens PostgreSQL with pgx, so the postgres-pgx subtest covers PostgreSQL")
-		}
+	testdb.ForEachWhere(t, func(b testdb.Backend) bool { return b.Name != "postgres-pq" }, func(t *testing.T, b testdb.Backend) {
 		tg := target{dsn: b.DSN, db: b.DB, dialect: b.Dialect,
 			prefix: "CLI" + strings.ToUpper(strings.ReplaceAll(uuid.NewString(), "-", "")[:10]) + "_"}
 		if b.Dialect == jdbc.SQLite {

@@ -148,6 +148,22 @@ func ForEach(t *testing.T, test func(t *testing.T, b Backend)) {
 	}
 }
 
+// ForEachWhere is ForEach on the backends for which applies is true: a
+// test about a feature some databases lack gets no subtest on the others,
+// rather than a skipped one.
+func ForEachWhere(t *testing.T, applies func(b Backend) bool, test func(t *testing.T, b Backend)) {
+	t.Helper()
+	for _, b := range Open(t) {
+		if !applies(b) {
+			continue
+		}
+		t.Run(b.Name, func(t *testing.T) {
+			b.Require(t)
+			test(t, b)
+		})
+	}
+}
+
 // SQLite opens the SQLite backend alone, which needs no server.
 func SQLite(t testing.TB) Backend {
 	t.Helper()
