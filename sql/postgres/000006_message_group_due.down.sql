@@ -1,0 +1,4 @@
+-- +goose Down
+-- Puts back 000003's index in place of the partial one.
+CREATE INDEX IF NOT EXISTS INT_GROUP_DUE_IX ON INT_GROUP (REGION, DUE_AT);
+DROP INDEX IF EXISTS INT_GROUP_DUE_PIX;
