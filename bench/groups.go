@@ -290,7 +290,7 @@ func openGroupInst(e *env, scenario string, v groupVariant, cfg config, pub, dis
 			db.Close()
 			return nil, err
 		}
-		gs, err := sqlstore.New(db, sqlstore.Config{Prefix: lockregPrefix, Region: groupRegion, Dialect: dialect})
+		gs, err := sqlstore.New(db, sqlstore.Config{Prefix: lockregPrefix, Region: groupRegion, Dialect: dialect, GroupCommit: cfg.groupCommit})
 		if err != nil {
 			in.close()
 			return nil, err

@@ -38,6 +38,7 @@ const (
 	defaultRegion           = "DEFAULT"
 	defaultCleanupRetention = 7 * 24 * time.Hour
 	defaultCleanupInterval  = time.Hour
+	defaultGroupCommit      = 1
 )
 
 // Config configures New and CreateSchema. The zero Config is valid: every
@@ -91,6 +92,22 @@ type Config struct {
 	// before the group itself is deleted.
 	CleanupRetention, CleanupInterval time.Duration
 
+	// GroupCommit is the number of Add statements of the store in flight
+	// at once on PostgreSQL, where an Add outside Locked is one statement.
+	// An Add that arrives while that many are in flight waits for one of
+	// them to end and then runs with the others that waited, up to 32
+	// messages of distinct groups, in one statement (a group commit): one
+	// round trip, one commit and one flush of the log for all of them. Each
+	// Add still returns once its message is durable, with its own outcome,
+	// and the group's lock and checks are those of an Add alone; an error
+	// of the shared statement runs each Add again on its own. An Add that
+	// finds a statement free runs at once, so a quiet store adds no wait;
+	// under load an Add may wait for one statement ahead of it. Optional:
+	// 0 means 1; a negative value turns it off (every Add is a statement
+	// of its own). MySQL and SQLite, whose Add is a transaction of several
+	// statements, ignore it.
+	GroupCommit int
+
 	// DisableCleanup turns the background clean-up off: the store starts
 	// no goroutine, and the tables keep every group until deleted
 	// otherwise (Store.DeleteCompleted, Remove, or SQL). Optional.
@@ -120,6 +137,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CleanupInterval == 0 {
 		c.CleanupInterval = defaultCleanupInterval
+	}
+	if c.GroupCommit == 0 {
+		c.GroupCommit = defaultGroupCommit
 	}
 }
 

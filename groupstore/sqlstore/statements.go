@@ -71,6 +71,7 @@ type statements struct {
 	addMessage                                       [2]dialect.Query // without, with a timeout
 	addOne                                           [2]dialect.Query // the dialect's AddMessage, if any
 	addProbe                                         [2]dialect.Query // the dialect's AddProbe, if any
+	addBatch                                         [2]dialect.Query // the dialect's AddBatch (without, with probes), if any
 	lockRow                                          dialect.Query
 	selectGroup, selectVersion                       dialect.Query
 	update                                           [shapes]dialect.Query
@@ -95,6 +96,7 @@ func compile(d *dialect.Dialect, prefix string) *statements {
 		addMessage: [2]dialect.Query{c(addMessage + whereGroup), c(addMessage + dueIn + whereGroup)},
 		addOne:     [2]dialect.Query{c(g.AddMessage[0]), c(g.AddMessage[1])}, lockRow: c(g.LockRow),
 		addProbe:    [2]dialect.Query{c(g.AddProbe[0]), c(g.AddProbe[1])},
+		addBatch:    [2]dialect.Query{c(g.AddBatch[0]), c(g.AddBatch[1])},
 		selectGroup: c(selectGroup), selectVersion: c(selectVersion),
 		releaseAll: c(releaseAll), releaseListed: c(releaseAll + ` AND MESSAGE_KEY IN {list}`),
 		remove:         [2]dialect.Query{c(removeGroup), c(removeGroup + ` AND VERSION = :version`)},
@@ -117,6 +119,7 @@ type values struct {
 	timeout, version, sequence, lease, retention                     int64
 	limit, batch                                                     int
 	probe                                                            *groupstore.Probe // AddProbe's, nil for Add
+	rows                                                             string            // AddBatch's JSON
 }
 
 // args returns the arguments of q, with list in its {list}.
@@ -158,6 +161,8 @@ func (v *values) value(name string) any {
 		return v.retention
 	case dialect.Batch:
 		return v.batch
+	case dialect.Rows:
+		return v.rows
 	}
 	if p := v.probe; p != nil {
 		switch name {

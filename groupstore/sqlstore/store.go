@@ -54,6 +54,7 @@ type Store struct {
 
 	retention time.Duration
 	cleaner   *cleanup.Runner // nil with DisableCleanup
+	batch     *batcher        // the group commit of Adds; nil where off or not one statement
 }
 
 var _ groupstore.Store = (*Store)(nil)
@@ -79,6 +80,9 @@ func New(db DB, cfg Config) (*Store, error) {
 	}
 	s := &Store{db: db, d: d, sql: compile(d, cfg.Prefix), region: cfg.Region,
 		groups: cfg.Prefix + "GROUP", msgs: cfg.Prefix + "GROUP_MESSAGE", retention: cfg.CleanupRetention}
+	if s.sql.addBatch[0].SQL != "" && cfg.GroupCommit > 0 {
+		s.batch = &batcher{s: s, max: cfg.GroupCommit}
+	}
 	if !cfg.DisableCleanup {
 		s.cleaner = cleanup.New(cfg.CleanupInterval, &leaseRepository{db: db, opts: cfg.lockOptions(d)},
 			groupLeaseKey(cfg.Prefix), "sqlstore", s.sweep, cfg.reporter(d))
@@ -253,6 +257,10 @@ func (s *Store) add(ctx context.Context, tx *sql.Tx, key string, msg groupstore.
 	switch one := s.sql.addOne[0].SQL != ""; {
 	case one && tx != nil:
 		g, outcome, fits, err = s.addOne(ctx, tx, key, v, timeout)
+	case one && s.batch != nil:
+		c := &addCall{ctx: ctx, key: key, v: v, timeout: timeout}
+		s.batch.add(c)
+		g, outcome, fits, err = c.g, c.outcome, c.fits, c.err
 	case one:
 		err = s.retry(ctx, func() (err error) {
 			g, outcome, fits, err = s.addOne(ctx, s.db, key, v, timeout)
@@ -299,6 +307,13 @@ func (s *Store) addOne(ctx context.Context, q querier, key string, v *values, ti
 	if err := q.QueryRowContext(ctx, add.SQL, v.args(add)...).Scan(dest...); err != nil {
 		return groupstore.Group{}, 0, false, err
 	}
+	return s.added(ctx, q, key, v, &row, added, fits)
+}
+
+// added returns what the one-statement Add of v to the group of key did,
+// from the group's row and ADDED and FITS as it returned them; a message
+// that a complete group does not hold costs one more statement on q.
+func (s *Store) added(ctx context.Context, q querier, key string, v *values, row *groupRow, added, fits int64) (groupstore.Group, groupstore.Outcome, bool, error) {
 	g, err := row.group(key)
 	if err != nil {
 		return g, 0, false, err

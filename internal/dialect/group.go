@@ -1,5 +1,7 @@
 package dialect
 
+import "strings"
+
 // The parameters of the message-group statements (the group tables are
 // {prefix}GROUP and {prefix}GROUP_MESSAGE).
 const (
@@ -20,12 +22,13 @@ const (
 	Unique         = "unique"          // its value
 	SameKey        = "same_key"        // a probe's metadata key every other message must share a value under
 	Same           = "same"            // its value, 0 for absent
+	Rows           = "rows"            // AddBatch's calls: a JSON array of objects (see AddBatch)
 	// Region, Retention and Batch are the lock statements'.
 )
 
 // GroupParams are the parameters of the group statements.
 var GroupParams = []string{GroupKey, Region, CorrelationKey, GroupID, MessageKey, MessageID, Position, Metadata,
-	Payload, Timeout, Version, Sequence, Limit, Lease, Retention, Batch, UniqueKey, Unique, SameKey, Same}
+	Payload, Timeout, Version, Sequence, Limit, Lease, Retention, Batch, UniqueKey, Unique, SameKey, Same, Rows}
 
 // GroupColumns are the columns of the group table that Add reads.
 const GroupColumns = `GROUP_ID, COMPLETE, LAST_RELEASED_SEQUENCE, RELEASES, MESSAGE_COUNT, LAST_POSITION, VERSION, CREATED_DATE`
@@ -52,6 +55,18 @@ type GroupSQL struct {
 	// (:unique_key, :unique, :same_key, :same; see groupstore.Probe) as
 	// they were when the group row's lock was granted, else 0.
 	AddProbe [2]string
+	// AddBatch, where set (PostgreSQL), is AddMessage for several
+	// messages of distinct groups in one statement, without and with the
+	// probes of AddProbe. :rows is a JSON array of one object per message,
+	// {"n", "group_key", "correlation_key", "group_id", "message_key",
+	// "message_id", "metadata", "payload" (base64), "due" and "timeout" (true and microseconds for a
+	// timeout),
+	// and for the probe "unique_key", "unique", "same_key", "same"}; it
+	// returns N, GroupColumns, ADDED (and FITS) per message, in the order
+	// of n. It locks the existing groups' rows in the order of their keys
+	// and creates the new ones in that order too, so that two such
+	// statements cannot deadlock.
+	AddBatch [2]string
 	// LockRow locks the row of the group :group_key for the transaction,
 	// if there is one: a SELECT ... FOR UPDATE, or on SQLite a write that
 	// changes nothing, which takes the database's write lock.
@@ -144,12 +159,57 @@ func addMessageProbed(due, probe bool) string {
 		`SELECT ` + GroupColumns + `, ` + added + ` AS ADDED` + fits + ` FROM g`
 }
 
+// addBatch returns PostgreSQL's one-statement Add of several messages of
+// distinct groups (GroupSQL.AddBatch), with probe also returning FITS. It
+// is addMessageProbed with a row of i in place of the parameters: per
+// group the same locks, writes and reads, so the same outcomes.
+func addBatch(probe bool) string {
+	const probeCols = `, unique_key TEXT, "unique" BIGINT, same_key TEXT, same BIGINT`
+	cols := `n INT, group_key CHAR(36), correlation_key TEXT, group_id CHAR(36), message_key CHAR(36), message_id TEXT, ` +
+		`metadata TEXT, payload TEXT, due BOOLEAN, timeout BIGINT`
+	fits := ""
+	if probe {
+		cols += probeCols
+		misfit := `(a.unique_key <> '' AND COALESCE(` + probeValue(`a.unique_key`) + ` = a."unique", TRUE)) OR ` +
+			`(a.same_key <> '' AND CASE WHEN (o.METADATA::jsonb ->> a.same_key) IS NULL ` +
+			`THEN a.same <> 0 ELSE COALESCE(` + probeValue(`a.same_key`) + ` <> a.same, TRUE) END)`
+		fits = `, CASE WHEN g.VERSION = COALESCE((SELECT s.VERSION FROM {prefix}GROUP s WHERE s.GROUP_KEY = a.group_key AND s.REGION = :region), 0) + a.added` +
+			` AND NOT EXISTS (SELECT 1 FROM {prefix}GROUP_MESSAGE o WHERE o.GROUP_KEY = a.group_key AND o.REGION = :region ` +
+			`AND o.RELEASED = 0 AND o.MESSAGE_KEY <> a.message_key AND (` + misfit + `)) THEN 1 ELSE 0 END AS FITS`
+	}
+	due := `CASE WHEN due THEN {now} + timeout * INTERVAL '1 microsecond' END`
+	fresh := `excluded.VERSION > 0 AND excluded.DUE_AT IS NOT NULL`
+	return `WITH i AS (SELECT * FROM json_to_recordset(CAST(:rows AS JSON)) AS r(` + cols + `)), ` +
+		`l AS (SELECT GROUP_KEY, COMPLETE, LAST_POSITION FROM {prefix}GROUP WHERE REGION = :region AND GROUP_KEY IN (SELECT group_key FROM i) ` +
+		`ORDER BY GROUP_KEY FOR UPDATE), ` +
+		`m AS (INSERT INTO {prefix}GROUP_MESSAGE (GROUP_KEY, REGION, MESSAGE_KEY, MESSAGE_ID, POSITION, RELEASED, METADATA, PAYLOAD, CREATED_DATE) ` +
+		`SELECT i.group_key, :region, i.message_key, i.message_id, COALESCE(l.LAST_POSITION, 0) + 1, 0, i.metadata, decode(i.payload, 'base64'), {now} ` +
+		`FROM i LEFT JOIN l ON l.GROUP_KEY = i.group_key WHERE COALESCE(l.COMPLETE, 0) = 0 ` +
+		`ON CONFLICT (GROUP_KEY, REGION, MESSAGE_KEY) DO NOTHING RETURNING GROUP_KEY), ` +
+		`a AS (SELECT i.*, (SELECT COUNT(*) FROM m WHERE m.GROUP_KEY = i.group_key) AS added FROM i), ` +
+		`g AS (INSERT INTO {prefix}GROUP AS t (GROUP_KEY, REGION, CORRELATION_KEY, GROUP_ID, COMPLETE, LAST_RELEASED_SEQUENCE, ` +
+		`RELEASES, MESSAGE_COUNT, LAST_POSITION, VERSION, CREATED_DATE, UPDATED_DATE, DUE_AT) ` +
+		`SELECT group_key, :region, correlation_key, group_id, 0, 0, 0, added, added, added, {now}, {now}, ` + due + ` FROM a ORDER BY group_key ` +
+		`ON CONFLICT (GROUP_KEY, REGION) DO UPDATE SET MESSAGE_COUNT = t.MESSAGE_COUNT + excluded.MESSAGE_COUNT, ` +
+		`LAST_POSITION = t.LAST_POSITION + excluded.LAST_POSITION, VERSION = t.VERSION + excluded.VERSION, ` +
+		`UPDATED_DATE = CASE WHEN excluded.VERSION > 0 THEN {now} ELSE t.UPDATED_DATE END, ` +
+		`DUE_AT = CASE WHEN ` + fresh + ` THEN excluded.DUE_AT ELSE t.DUE_AT END, ` +
+		`CLAIMED_UNTIL = CASE WHEN ` + fresh + ` THEN NULL ELSE t.CLAIMED_UNTIL END ` +
+		`RETURNING t.GROUP_KEY, ` + GroupColumns + `) ` +
+		`SELECT a.n, g.` + strings.ReplaceAll(GroupColumns, ", ", ", g.") + `, a.added` + fits +
+		` FROM a JOIN g ON g.GROUP_KEY = a.group_key ORDER BY a.n`
+}
+
+// probeValue is the metadata value under the key expression k of o as a
+// BIGINT, NULL if absent or not a decimal number of at most 18 digits.
+func probeValue(k string) string {
+	return `(CASE WHEN (o.METADATA::jsonb ->> ` + k + `) ~ '^[+]?[0-9]{1,18}$' ` +
+		`THEN (o.METADATA::jsonb ->> ` + k + `)::bigint END)`
+}
+
 // probeNumber is the metadata value of key :k of o as a BIGINT, NULL if
 // absent or not a decimal number of at most 18 digits.
-func probeNumber(k string) string {
-	return `(CASE WHEN (o.METADATA::jsonb ->> CAST(:` + k + ` AS TEXT)) ~ '^[+]?[0-9]{1,18}$' ` +
-		`THEN (o.METADATA::jsonb ->> CAST(:` + k + ` AS TEXT))::bigint END)`
-}
+func probeNumber(k string) string { return probeValue(`CAST(:` + k + ` AS TEXT)`) }
 
 // lockRowForUpdate is GroupSQL.LockRow where rows lock (PostgreSQL, MySQL).
 const lockRowForUpdate = `SELECT VERSION FROM {prefix}GROUP WHERE GROUP_KEY = :group_key AND REGION = :region FOR UPDATE`

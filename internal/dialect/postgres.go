@@ -134,6 +134,7 @@ var Postgres = register(&Dialect{
 		InsertMessage: insertMessageUnlessThere,
 		AddMessage:    [2]string{addMessage(false), addMessage(true)},
 		AddProbe:      [2]string{addMessageProbed(false, true), addMessageProbed(true, true)},
+		AddBatch:      [2]string{addBatch(false), addBatch(true)},
 		LockRow:       lockRowForUpdate,
 		ClaimDue: `UPDATE {prefix}GROUP SET CLAIMED_UNTIL = {now+:lease} WHERE (GROUP_KEY, REGION) IN (` +
 			`SELECT GROUP_KEY, REGION FROM {prefix}GROUP WHERE REGION = :region AND ` + DueGroup +

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockreg/lockreg/internal/backoff"
 	lockregsql "github.com/lockreg/lockreg/sql"
 )
 
@@ -78,7 +79,21 @@ func (d *Dialect) ApplyDDL(ctx context.Context, db Querier, key, what string, st
 type statement struct{ script, sql string }
 
 // apply runs statements on one connection of db during the turn of key.
+// A call that fails with a transient error (a deadlock: a script that
+// locks a table the application is writing, as 000006's DROP INDEX does)
+// runs again, up to 5 times in all; the scripts are idempotent.
 func (d *Dialect) apply(ctx context.Context, db Querier, key string, all []statement) error {
+	bo := backoff.New(20*time.Millisecond, 500*time.Millisecond)
+	for attempt := 1; ; attempt++ {
+		err := d.applyOnce(ctx, db, key, all)
+		if err == nil || !IsTransient(err) || ctx.Err() != nil || attempt == 5 || !backoff.Sleep(ctx, bo.Next(), nil) {
+			return err
+		}
+	}
+}
+
+// applyOnce is one attempt of apply.
+func (d *Dialect) applyOnce(ctx context.Context, db Querier, key string, all []statement) error {
 	x, done, err := pin(ctx, db)
 	if err != nil {
 		return err
