@@ -197,7 +197,9 @@
 //
 // Each handled message costs a lock acquisition and release (no I/O with
 // registry.NewLocal, one statement each with a jdbc repository) and one
-// store Add; a release adds a Get, a Publish and an Update. The timeout
+// store Add (on PostgreSQL one statement, shared with the Adds that wait
+// while one is in flight: sqlstore.Config.GroupCommit); a release adds a
+// Get, a Publish and an Update. The timeout
 // runner makes one ClaimDue per PollInterval and instance.
 // GroupTimeoutFunc adds an Update to each message that does not release
 // its group; ReleaseLockBeforeSend adds an Update to each release.

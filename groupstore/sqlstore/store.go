@@ -28,7 +28,7 @@ import (
 // retried up to 4 times. Round trips: Add 1 on PostgreSQL (one statement
 // that locks the group row, inserts the message and creates or updates the
 // group; a complete group that does not know the message costs a second
-// one), and elsewhere 5 (BEGIN, an upsert of the group, an insert of the
+// one; Adds that wait while Config.GroupCommit are in flight share one), and elsewhere 5 (BEGIN, an upsert of the group, an insert of the
 // message, an update of the group, COMMIT; MySQL adds a SELECT ... FOR
 // UPDATE); Get 1 (a join); Update 1 without releases, 4 with
 // them; Remove 4; ClaimDue 1 on PostgreSQL (UPDATE ... FOR UPDATE SKIP
