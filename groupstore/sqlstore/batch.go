@@ -84,11 +84,16 @@ func (b *batcher) add(c *addCall) {
 		}
 	}
 	if errors.Is(c.err, errAlone) {
-		c.err = b.s.retry(c.ctx, func() (err error) {
-			c.g, c.outcome, c.fits, err = b.s.addOne(c.ctx, b.s.db, c.key, c.v, c.timeout)
-			return err
-		})
+		b.alone(c)
 	}
+}
+
+// alone runs c as a statement of its own, again after a transient error.
+func (b *batcher) alone(c *addCall) {
+	c.err = b.s.retry(c.ctx, func() (err error) {
+		c.g, c.outcome, c.fits, err = b.s.addOne(c.ctx, b.s.db, c.key, c.v, c.timeout)
+		return err
+	})
 }
 
 // take takes waiting calls of distinct groups, up to maxBatch with
@@ -141,11 +146,7 @@ func (b *batcher) run(batch []*addCall) {
 func (b *batcher) exec(batch []*addCall) {
 	s := b.s
 	if len(batch) == 1 {
-		c := batch[0]
-		c.err = s.retry(c.ctx, func() (err error) {
-			c.g, c.outcome, c.fits, err = s.addOne(c.ctx, s.db, c.key, c.v, c.timeout)
-			return err
-		})
+		b.alone(batch[0])
 		return
 	}
 	rows := make([]batchRow, len(batch))
