@@ -42,10 +42,8 @@ func TestClientFoundRowsDoesNotGrantAHeldLock(t *testing.T) {
 }
 
 func TestCustomAcquireQueryWithClientFoundRowsIsRefused(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		if db.Dialect != jdbc.MySQL {
-			t.Skip("clientFoundRows is a go-sql-driver/mysql setting")
-		}
+	// clientFoundRows is a go-sql-driver/mysql setting.
+	forEachDBWhere(t, func(db testDB) bool { return db.Dialect == jdbc.MySQL }, func(t *testing.T, db testDB) {
 		found := openPool(t, db.Driver, withDSNParam(db.DSN, "clientFoundRows=true"))
 		// Spring 6.1's kind of acquire: an unchanged row counts as one
 		// affected with clientFoundRows=true, which reads as acquired.
@@ -60,10 +58,8 @@ func TestCustomAcquireQueryWithClientFoundRowsIsRefused(t *testing.T) {
 }
 
 func TestAListenerThatCannotWorkWithTheDatabaseIsRefused(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		if db.Dialect != jdbc.Postgres {
-			t.Skip("listeners are for PostgreSQL")
-		}
+	// Listeners are for PostgreSQL.
+	forEachDBWhere(t, func(db testDB) bool { return db.Dialect == jdbc.Postgres }, func(t *testing.T, db testDB) {
 		listeners := map[string]jdbc.Listener{
 			"pqlisten with a malformed connection string": pqlisten.New("postgres://%zz"),
 		}
@@ -165,10 +161,8 @@ func (readyThenFail) Listen(ctx context.Context, _ string, ready func(), _ func(
 }
 
 func TestAListenerFailingRightAfterListeningBacksOff(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		if db.Name != "postgres-pgx" {
-			t.Skip("one PostgreSQL backend is enough for a listener that needs none")
-		}
+	// One PostgreSQL backend is enough for a listener that needs none.
+	forEachDBWhere(t, func(db testDB) bool { return db.Name == "postgres-pgx" }, func(t *testing.T, db testDB) {
 		repo := newRepo(t, db, jdbc.WithListener(readyThenFail{}), jdbc.WithErrorHandler(func(error) {}))
 		waits := sleeps(t, repo, 12)
 		stop := repo.Notify("k", make(chan struct{}, 1))

@@ -149,11 +149,10 @@ func TestAcquireRenewAndReleaseTakeOneRoundTripEach(t *testing.T) {
 // (for a pooler in transaction mode), each statement is still one round
 // trip on PostgreSQL.
 func TestWithoutPreparedStatementsEachStatementTakesOneRoundTrip(t *testing.T) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		param := map[string]string{"postgres-pgx": "default_query_exec_mode=exec", "postgres-pq": "binary_parameters=yes"}[db.Name]
-		if param == "" {
-			t.Skip("the option's driver settings are PostgreSQL's")
-		}
+	// The option's driver settings are PostgreSQL's.
+	params := map[string]string{"postgres-pgx": "default_query_exec_mode=exec", "postgres-pq": "binary_parameters=yes"}
+	forEachDBWhere(t, func(db testDB) bool { return params[db.Name] != "" }, func(t *testing.T, db testDB) {
+		param := params[db.Name]
 		_, server, swap := viaProxy(t, db)
 		proxy := newTurnCounter(t, server)
 		u, err := url.Parse(swap(proxy.addr()))

@@ -162,10 +162,7 @@ func (c *springClient) delete(t testing.TB, key string) bool {
 // MariaDB (Spring has no SQLite support), on a fresh Spring 5.4-6.x table
 // that CreateSchema gave FENCE.
 func spring6Interop(t *testing.T, test func(t *testing.T, db testDB, p *sql.DB, prefix, region string, v springVersion)) {
-	forEachDB(t, func(t *testing.T, db testDB) {
-		if db.Dialect == jdbc.SQLite {
-			t.Skip("Spring Integration has no SQLite support")
-		}
+	forEachDBWhere(t, func(db testDB) bool { return db.Dialect != jdbc.SQLite }, func(t *testing.T, db testDB) {
 		for _, v := range springVersions {
 			t.Run(v.name, func(t *testing.T) {
 				st, p, region := spring6Table(t, db)

@@ -168,8 +168,7 @@ func (b *batcher) exec(batch []*addCall) {
 		}
 		return
 	}
-	v := s.values("")
-	v.rows = string(js)
+	v := &values{region: s.region, rows: string(js)} // the statement's only other parameter
 	q := s.sql.addBatch[probe]
 	// The statement must not end with its first caller's context: the
 	// others wait for it too.
