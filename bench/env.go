@@ -448,6 +448,11 @@ type stmtStat struct {
 	Query  string  `json:"query"`
 	Calls  int64   `json:"calls"`
 	MeanUs float64 `json:"mean_exec_us"`
+	// Plans and PlanUs count the statement's planning (track_planning,
+	// on in -own-postgres): a prepared statement whose generic plan
+	// PostgreSQL rejects is planned on every execution.
+	Plans  int64   `json:"plans"`
+	PlanUs float64 `json:"mean_plan_us"`
 }
 
 // resetStatements empties pg_stat_statements, if loaded.
@@ -466,7 +471,7 @@ func (e *env) statements(ctx context.Context, c contestant) (meanUs *float64, st
 	if c.server != "postgres" || !e.pgss {
 		return nil, nil
 	}
-	rows, err := e.pgAdmin.QueryContext(ctx, `SELECT s.query, s.calls, s.total_exec_time FROM pg_stat_statements s `+
+	rows, err := e.pgAdmin.QueryContext(ctx, `SELECT s.query, s.calls, s.total_exec_time, s.plans, s.total_plan_time FROM pg_stat_statements s `+
 		`JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1 AND s.calls > 0 ORDER BY s.calls DESC, s.total_exec_time DESC`, e.pgDB)
 	if err != nil {
 		e.logf("pg_stat_statements: %v", err)
@@ -477,12 +482,15 @@ func (e *env) statements(ctx context.Context, c contestant) (meanUs *float64, st
 	var total float64
 	for rows.Next() {
 		var s stmtStat
-		var ms float64
-		if err := rows.Scan(&s.Query, &s.Calls, &ms); err != nil {
+		var ms, planMs float64
+		if err := rows.Scan(&s.Query, &s.Calls, &ms, &s.Plans, &planMs); err != nil {
 			e.logf("pg_stat_statements: %v", err)
 			return nil, nil
 		}
 		s.MeanUs = ms * 1000 / float64(s.Calls)
+		if s.Plans > 0 {
+			s.PlanUs = planMs * 1000 / float64(s.Plans)
+		}
 		calls += s.Calls
 		total += ms * 1000
 		stats = append(stats, s)

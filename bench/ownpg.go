@@ -66,7 +66,7 @@ func startOwnPostgres(ctx context.Context, port int) (*ownPostgres, string, erro
 		return nil, "", fmt.Errorf("-own-postgres: initdb: %w\n%s", err, out)
 	}
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c shared_preload_libraries=pg_stat_statements "+
-		"-c max_connections=200 -c pg_stat_statements.track=top", port, dir)
+		"-c max_connections=200 -c pg_stat_statements.track=top -c pg_stat_statements.track_planning=on", port, dir)
 	if out, err := p.run(ctx, "pg_ctl", "-D", data, "-l", filepath.Join(dir, "log"), "-w", "-o", opts, "start"); err != nil {
 		p.stop()
 		return nil, "", fmt.Errorf("-own-postgres: pg_ctl start: %w\n%s", err, out)

@@ -315,7 +315,7 @@ func statementSection(w io.Writer, rs []result) {
 			if len(q) > 90 {
 				q = q[:90] + "…"
 			}
-			rows = append(rows, fmt.Sprintf("| %s | %s | %d | %.1f | `%s` |", r.Scenario, r.Contestant, s.Calls, s.MeanUs,
+			rows = append(rows, fmt.Sprintf("| %s | %s | %d | %.1f | %d | %.1f | `%s` |", r.Scenario, r.Contestant, s.Calls, s.MeanUs, s.Plans, s.PlanUs,
 				strings.ReplaceAll(q, "|", "\\|")))
 		}
 	}
@@ -323,7 +323,7 @@ func statementSection(w io.Writer, rs []result) {
 		return
 	}
 	fmt.Fprintf(w, "## server time per statement (pg_stat_statements; statements with at least 1 %% of the calls)\n\n"+
-		"| scenario | contestant | calls | mean exec µs | statement |\n|---|---|---:|---:|---|\n")
+		"| scenario | contestant | calls | mean exec µs | plans | mean plan µs | statement |\n|---|---|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
 		fmt.Fprintln(w, r)
 	}

@@ -48,6 +48,7 @@ type acquisition struct {
 	bo      *backoff.Backoff // nil until a transient error is retried
 
 	ambiguous bool // the last attempt may have taken the lease
+	contended bool // an attempt found the lease held elsewhere
 	queued    bool // this client may have a place in the key's queue
 	woken     bool // by an announcement, which may be a hand-off
 	timer     *time.Timer
@@ -71,6 +72,9 @@ func (k *keyState) takeLease(ctx context.Context, ttl time.Duration, mode waitMo
 
 func (a *acquisition) run(ctx context.Context) (bool, error) {
 	k := a.k
+	if k.contended && a.mode != waitNever {
+		a.subscribe()
+	}
 	for {
 		if ctx.Err() != nil || pastDeadline(ctx) {
 			return false, wrap("lock", k.key, deadlineIsNotError(ctx, a.mode))
@@ -87,6 +91,7 @@ func (a *acquisition) run(ctx context.Context) (bool, error) {
 		switch {
 		case err == nil && ok:
 			a.queued = false // taking the lease left the queue
+			k.contended = a.contended
 			k.setCurrent(ctx, lease, a.ttl, sent)
 			return true, nil
 		case err == nil:
@@ -140,15 +145,30 @@ func (a *acquisition) ask(ctx context.Context) (Lease, bool, error) {
 // to a [Notifier], since a release between the attempt and the
 // subscription would go unheard.
 func (a *acquisition) heldElsewhere() time.Duration {
+	a.contended = true
 	if a.bo != nil {
 		a.bo.Reset()
 	}
-	if n, ok := a.k.reg.repo.(Notifier); ok && a.wake == nil {
-		a.wake = make(chan struct{}, 1)
-		a.stop = n.Notify(a.k.key, a.wake)
+	if a.wake == nil && a.subscribe() {
 		return 0
 	}
 	return a.k.reg.opts.idle
+}
+
+// subscribe subscribes to the releases of the key if the repository is a
+// [Notifier], and reports whether it did. An acquisition of a key that was
+// contended last time subscribes before its first attempt, which then
+// hears every later release: it saves the second attempt that a
+// subscription after a failed one needs, one statement per contended
+// acquisition, and costs an uncontended one nothing.
+func (a *acquisition) subscribe() bool {
+	n, ok := a.k.reg.repo.(Notifier)
+	if !ok {
+		return false
+	}
+	a.wake = make(chan struct{}, 1)
+	a.stop = n.Notify(a.k.key, a.wake)
+	return true
 }
 
 // sleep waits for delay, ctx's deadline or an announcement, and reports

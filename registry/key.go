@@ -38,6 +38,12 @@ type keyState struct {
 	// closed when the clean-up gives the token back. Giving it back and
 	// clearing cleaning happen together under mu.
 	cleaning chan struct{}
+
+	// contended says the key's last acquisition in this process found the
+	// lease held elsewhere, so the next one that waits subscribes to
+	// releases before its first attempt (see acquisition.subscribe).
+	// Guarded by sem's token.
+	contended bool
 }
 
 func newKeyState(l *lockHandle) *keyState {

@@ -77,7 +77,10 @@ type HandOffQueue interface {
 // A Notifier is a [Repository] that announces released leases, so that a
 // client waiting in another process tries again at once instead of after
 // its idle interval. Announcements are hints: one that is lost costs
-// latency, never correctness, because waiters keep polling.
+// latency, never correctness, because waiters keep polling. A waiter
+// subscribes after its first attempt fails and then asks once more, since a
+// release in between would go unheard; the next waiter of a key found held
+// the last time subscribes before its first attempt and so asks once.
 type Notifier interface {
 	Repository
 
