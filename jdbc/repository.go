@@ -145,6 +145,14 @@ func newRepository(db DB, cfg *config, statements *lockStatements, unprepared bo
 		r.queue = &waitQueue{acquireOrWait: &stmt{q: q.acquireOrWait, unprepared: unprepared, tel: cfg.tel.stmt("acquire_or_wait")},
 			handed: &stmt{q: q.handed, unprepared: unprepared, tel: cfg.tel.stmt("handed_lease")}, leave: q.leave, sweep: q.sweep}
 	}
+	if pool := directPool(db); pool != nil {
+		for _, st := range []*stmt{r.acquire, r.release} {
+			st.direct = pool
+		}
+		if r.queue != nil {
+			r.queue.acquireOrWait.direct, r.queue.handed.direct = pool, pool
+		}
+	}
 	return r
 }
 

@@ -21,6 +21,9 @@ type stmt struct {
 	q          dialect.Query
 	unprepared bool
 	tel        *stmtTel // records durations; nil without instruments
+	// direct, when not nil, runs scans whose context can end on the
+	// driver connection (scanDirect); see directPool.
+	direct connDB
 
 	mu        sync.Mutex
 	st        *sql.Stmt
@@ -51,6 +54,12 @@ func (s *stmt) scan(ctx context.Context, db DB, args []any, dest ...any) (_ bool
 	if s.tel != nil {
 		defer func(start time.Time) { s.tel.record(ctx, start, err) }(time.Now())
 	}
+	if s.direct != nil && ctx.Done() != nil {
+		if ints, ok := int64Dests(dest); ok {
+			found, err := scanDirect(ctx, s.direct, s.q.SQL, args, ints)
+			return found, pooled(err)
+		}
+	}
 	var row *sql.Row
 	if st := s.get(ctx, db); st == nil {
 		row = db.QueryRowContext(ctx, s.q.SQL, args...)
@@ -65,6 +74,19 @@ func (s *stmt) scan(ctx context.Context, db DB, args []any, dest ...any) (_ bool
 		return false, pooled(err)
 	}
 	return true, nil
+}
+
+// int64Dests returns dest as *int64s, if all of them are.
+func int64Dests(dest []any) ([]*int64, bool) {
+	ints := make([]*int64, len(dest))
+	for i, d := range dest {
+		p, ok := d.(*int64)
+		if !ok {
+			return nil, false
+		}
+		ints[i] = p
+	}
+	return ints, true
 }
 
 // get returns the prepared statement, registered as in use, or nil.
