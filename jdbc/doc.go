@@ -103,9 +103,11 @@
 //     prepared it: make the repository with WithoutPreparedStatements, and
 //     keep the driver from preparing too, with default_query_exec_mode=exec
 //     in a pgx DSN or binary_parameters=yes in a lib/pq one. Each statement
-//     still takes one round trip. Without the option statements fail, with
-//     an error that names it, or, as lib/pq names statements alike in every
-//     client, may run another client's statement of the same name.
+//     still takes one round trip. Without the option the statements the
+//     repository prepares fail, with an error that names it, or, as lib/pq
+//     names statements alike in every client, may run another client's
+//     statement of the same name; without the DSN setting pgx's own cached
+//     statements fail the same way.
 //   - LISTEN needs a session of its own: point the listener at PostgreSQL
 //     itself (or at a session pool) while the statements go through
 //     PgBouncer.

@@ -188,6 +188,11 @@ func WithReleaseQuery(q string) Option {
 // must not prepare statements behind lockreg's back either: with pgx, put
 // default_query_exec_mode=exec in the DSN; with lib/pq,
 // binary_parameters=yes. Each statement then still takes one round trip.
+//
+// On a *sql.DB with pgx the repository sends its acquire and release
+// statements by their text with or without this option, on the driver
+// connection, so pgx's default_query_exec_mode alone decides whether they
+// are prepared (pgx's default caches them per connection).
 func WithoutPreparedStatements() Option { return func(o *options) { o.noPrepare = true } }
 
 // WithApplicationName sets the application name in the description of this

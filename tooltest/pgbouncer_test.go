@@ -253,8 +253,10 @@ func TestPgBouncerTransactionPoolingWithAListenerOnADirectConnection(t *testing.
 	})
 }
 
-// Without WithoutPreparedStatements, a statement prepared on one server
-// connection is missing on the next; the error says what to do.
+// Without WithoutPreparedStatements, a statement the repository prepared on
+// one server connection is missing on the next; the error says what to do.
+// Renew is such a statement with every driver (pgx's Acquire and Release
+// are sent by their text, and prepared or not as the DSN tells pgx).
 func TestPgBouncerTransactionPoolingPreparedStatementErrorNamesTheOption(t *testing.T) {
 	b := startPgBouncer(t)
 	forEachDriver(t, func(t *testing.T, d pgDriver) {
@@ -266,12 +268,38 @@ func TestPgBouncerTransactionPoolingPreparedStatementErrorNamesTheOption(t *test
 		}
 		defer repo.Close(context.Background())
 		if _, _, err := repo.Acquire(t.Context(), "k", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := repo.Renew(t.Context(), "k", time.Minute); err != nil {
 			t.Fatal(err) // prepares the statement
 		}
 		b.reconnect(t, transactionPool)
-		_, _, err = repo.Acquire(t.Context(), "k", time.Minute)
+		err = repo.Renew(t.Context(), "k", time.Minute)
 		if err == nil || !strings.Contains(err.Error(), "jdbc.WithoutPreparedStatements") {
-			t.Fatalf("Acquire on a new server connection: %v; want an error naming jdbc.WithoutPreparedStatements", err)
+			t.Fatalf("Renew on a new server connection: %v; want an error naming jdbc.WithoutPreparedStatements", err)
 		}
 	})
+}
+
+// pgx prepares and caches statements itself unless its DSN says
+// default_query_exec_mode=exec: a statement it prepared on one server
+// connection is missing on the next, and the error says what to do, also
+// for the statements the repository leaves unprepared.
+func TestPgBouncerTransactionPoolingPgxOwnPreparedStatementErrorNamesTheSetting(t *testing.T) {
+	b := startPgBouncer(t)
+	db := open(t, "pgx", b.dsn(transactionPool, "")) // pgx's default: cache_statement
+	db.SetMaxOpenConns(1)
+	repo, err := jdbc.NewLockRepository(t.Context(), db, jdbc.WithPrefix(schema(t, b, db)), jdbc.WithoutPreparedStatements())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close(context.Background())
+	if _, _, err := repo.Acquire(t.Context(), "k", time.Minute); err != nil {
+		t.Fatal(err) // pgx prepares the statement
+	}
+	b.reconnect(t, transactionPool)
+	_, _, err = repo.Acquire(t.Context(), "k", time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "default_query_exec_mode=exec") {
+		t.Fatalf("Acquire on a new server connection: %v; want an error naming default_query_exec_mode=exec", err)
+	}
 }
