@@ -268,3 +268,21 @@ func TestQuickOtel(t *testing.T) {
 		}
 	}
 }
+
+// The counter tells commits by a statement's first word, in any case:
+// COMMIT, and each statement outside a transaction but BEGIN and ROLLBACK.
+func TestCounterCountsCommitsByTheFirstWord(t *testing.T) {
+	var c counter
+	for _, s := range []struct {
+		inTx bool
+		sql  string
+	}{
+		{false, "  begin"}, {true, "UPDATE t SET a = 1"}, {true, "Commit;"},
+		{false, "\n\tSELECT 1"}, {false, "ROLLBACK"}, {true, "commit"},
+	} {
+		c.statement(s.inTx, s.sql)
+	}
+	if n, commits := c.n.Load(), c.commits.Load(); n != 6 || commits != 3 {
+		t.Errorf("counted %d statements, %d commits; want 6, 3", n, commits)
+	}
+}

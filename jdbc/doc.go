@@ -31,7 +31,13 @@
 //     with IF on MySQL). Contention yields "not acquired", never a
 //     duplicate-key error. The same statement issues the fencing token
 //     (FENCE): the database's clock in microseconds, or the row's previous
-//     token plus one if that is greater.
+//     token plus one if that is greater. On PostgreSQL a row the repository
+//     took before and found no other client holding lately is taken with a
+//     plain UPDATE on the same conditions instead, which runs a few µs
+//     faster (as ShedLock sends its UPDATE for a lock it has seen); when
+//     that UPDATE affects no row (the row was deleted, or another client
+//     took it or is releasing it) the upsert follows, and decides: two round
+//     trips, which a key another client held lately skips.
 //   - Renew moves EXPIRED_AFTER of this client's row only while the lease is
 //     unexpired; it never revives an expired lease.
 //   - Release expires this client's row in place, expired or not, so the

@@ -59,6 +59,7 @@ type lockStatements struct {
 	expireMine, selectMine  dialect.Query
 	expireOne, check        dialect.Query // expireOne is the default release, whatever WithReleaseQuery says
 	expire                  dialect.Query // PostgreSQL's release when nobody waits; SQL "" elsewhere and with a custom release
+	take                    dialect.Query // PostgreSQL's acquire of an existing row; SQL "" elsewhere and with a custom acquire
 	check6                  dialect.Query // the check of a Spring 5.4-6.x table (probe only)
 	queue                   *queueStatements
 }
@@ -83,6 +84,9 @@ func compileLock(cfg *config) (*lockStatements, error) {
 		sweep:        c(d.Lock.Sweep),
 		expireMine:   c(dialect.ExpireMine), selectMine: c(dialect.SelectMine),
 		expireOne: c(dialect.Release), check: c(d.CheckLock()),
+	}
+	if d.Lock.Take != "" && !cfg.querySet[qAcquire] {
+		s.take = c(d.Lock.Take)
 	}
 	if d.Lock.SweepKeys != "" {
 		s.sweepKeys = c(d.Lock.SweepKeys)

@@ -44,6 +44,10 @@ type LockRepository struct {
 	// before release unless the lease was handed over (then others
 	// probably wait too); nil with a custom release query and elsewhere.
 	expire *stmt
+	// take is PostgreSQL's acquire of a row known to exist, tried before
+	// acquire and AcquireOrWait as hints says; nil with a custom acquire
+	// query and elsewhere.
+	take *stmt
 	// acquireReturns says the acquire statement returns the fencing token
 	// as a row (the default on PostgreSQL and SQLite); otherwise it is
 	// judged by the rows it affects. releaseReturns says the release
@@ -57,6 +61,7 @@ type LockRepository struct {
 
 	mu      sync.Mutex
 	held    map[string]*holding // by normalized LOCK_KEY
+	hints   rowHints            // which acquire statement to send first
 	closed  bool                // Close was called
 	cleaned bool                // a Close released the rows left behind
 }
@@ -134,6 +139,7 @@ func newRepository(db DB, cfg *config, statements *lockStatements, unprepared bo
 		renew:   &stmt{q: statements.renew, unprepared: unprepared, tel: cfg.tel.stmt("renew")},
 		release: &stmt{q: statements.release, unprepared: unprepared, tel: cfg.tel.stmt("release")},
 		held:    make(map[string]*holding),
+		hints:   newRowHints(cfg.queueTTL),
 
 		acquireReturns: !cfg.querySet[qAcquire] && cfg.d.Lock.TokenRow,
 		releaseReturns: !cfg.querySet[qRelease] && cfg.d.Lock.Queue != nil && cfg.layout != LayoutSpring6,
@@ -141,13 +147,18 @@ func newRepository(db DB, cfg *config, statements *lockStatements, unprepared bo
 	if r.releaseReturns && statements.expire.SQL != "" {
 		r.expire = &stmt{q: statements.expire, unprepared: unprepared, tel: cfg.tel.stmt("release")}
 	}
+	if statements.take.SQL != "" {
+		r.take = &stmt{q: statements.take, unprepared: unprepared, tel: cfg.tel.stmt("acquire")}
+	}
 	if q := statements.queue; q != nil {
 		r.queue = &waitQueue{acquireOrWait: &stmt{q: q.acquireOrWait, unprepared: unprepared, tel: cfg.tel.stmt("acquire_or_wait")},
 			handed: &stmt{q: q.handed, unprepared: unprepared, tel: cfg.tel.stmt("handed_lease")}, leave: q.leave, sweep: q.sweep}
 	}
 	if pool := directPool(db); pool != nil {
-		for _, st := range []*stmt{r.acquire, r.release} {
-			st.direct = pool
+		for _, st := range []*stmt{r.acquire, r.release, r.take} {
+			if st != nil {
+				st.direct = pool
+			}
 		}
 		if r.queue != nil {
 			r.queue.acquireOrWait.direct, r.queue.handed.direct = pool, pool
@@ -188,7 +199,8 @@ func (r *LockRepository) params(lockKey string, ttl time.Duration) params {
 // with a nil error when another client holds an unexpired lease.
 //
 // It is one upsert statement, one round trip once prepared, in no explicit
-// transaction; expiry is computed from the database's clock. The same
+// transaction (on PostgreSQL an UPDATE for a row it took before, see the
+// package doc); expiry is computed from the database's clock. The same
 // statement issues the lease's fencing token (see [registry.Lease]): the
 // database's clock in microseconds, or the row's previous token plus one if
 // that is greater, so a key's tokens increase across holders and survive
@@ -232,6 +244,13 @@ func (r *LockRepository) markAcquiring(what, hk string) (*holding, error) {
 	return h, nil
 }
 
+// takes reports whether to try the take statement first for the row hk.
+func (r *LockRepository) takes(hk string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hints.take(hk, time.Now())
+}
+
 // settle records the outcome of an acquisition that markAcquiring
 // started: acquired, or lost to another client. After an error neither
 // holds: a lease held before stays held, as the caller still relies on it.
@@ -250,6 +269,9 @@ func (r *LockRepository) settleHanded(hk string, h *holding, acquired, lostTo, h
 		h.held, h.handed = true, handed
 	case lostTo:
 		h.held = false
+	}
+	if acquired || lostTo {
+		r.hints.learn(hk, acquired, time.Now())
 	}
 	if !h.held && h.acquiring == 0 {
 		delete(r.held, hk)
@@ -285,7 +307,18 @@ func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl ti
 		return registry.Lease{}, false, err
 	}
 	r.cleaner.Start() // the table has rows to clean from now on
-	lease, acquired, err := r.doAcquire(ctx, st, key, lk, ttl)
+	var (
+		lease    registry.Lease
+		acquired bool
+	)
+	if r.take != nil && r.takes(hk) {
+		// An existing row nobody held lately: the UPDATE, and the
+		// statement asked for only when it affects no row.
+		lease, acquired, err = r.doAcquire(ctx, r.take, key, lk, ttl)
+	}
+	if err == nil && !acquired {
+		lease, acquired, err = r.doAcquire(ctx, st, key, lk, ttl)
+	}
 	r.settle(hk, h, acquired, err == nil && !acquired)
 
 	if err != nil {

@@ -750,3 +750,104 @@ func TestSQLXDatabaseIsAccepted(t *testing.T) {
 		}
 	})
 }
+
+// An acquisition that finds the lease being released by another client's
+// transaction, still in flight, waits for it and takes the lease; also for
+// a key whose row the repository took before, for which PostgreSQL's
+// repository first tries a plain UPDATE, whose snapshot shows the lease
+// still held.
+func TestAnAcquisitionWaitsForAReleaseInFlightAndTakesTheLease(t *testing.T) {
+	// SQLite locks the whole database, and the test cannot see who waits.
+	forEachDBWhere(t, func(db testDB) bool { return db.Dialect != jdbc.SQLite }, func(t *testing.T, db testDB) {
+		ctx := context.Background()
+		region := randomRegion()
+		repo := newRepo(t, db, jdbc.WithRegion(region))
+		other := newRepo(t, db, jdbc.WithRegion(region))
+		mustAcquire(t, repo, "k", longTTL)
+		if err := repo.Release(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		mustAcquire(t, other, "k", longTTL)
+
+		c := db.conn(t)
+		var blocker int64
+		pid := map[jdbc.Dialect]string{jdbc.Postgres: `SELECT pg_backend_pid()`, jdbc.MySQL: `SELECT CONNECTION_ID()`}[db.Dialect]
+		if err := c.QueryRowContext(ctx, pid).Scan(&blocker); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := c.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		past := db.At(db.Now(t).Add(-time.Second))
+		if _, err := tx.ExecContext(ctx, db.Q(`UPDATE `+table+` SET EXPIRED_AFTER = ? WHERE REGION = ? AND LOCK_KEY = ?`),
+			past, region, jdbc.UUIDKey("k")); err != nil {
+			t.Fatal(err)
+		}
+		type outcome struct {
+			ok  bool
+			err error
+		}
+		done := make(chan outcome, 1)
+		go func() {
+			_, ok, err := repo.Acquire(ctx, "k", longTTL)
+			done <- outcome{ok, err}
+		}()
+		db.waitBlocked(t, blocker)
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if o := <-done; o.err != nil || !o.ok {
+			t.Fatalf("Acquire after the release committed = %v, %v; want the lease", o.ok, o.err)
+		}
+	})
+}
+
+// An acquisition takes one round trip whatever the repository knows of the
+// key's row: none yet, a row another client holds, one it took before,
+// and one another client held lately.
+func TestEveryAcquisitionTakesOneRoundTrip(t *testing.T) {
+	// Round trips are counted on the network, which SQLite has none of.
+	forEachDBWhere(t, func(db testDB) bool { return db.Dialect != jdbc.SQLite }, func(t *testing.T, db testDB) {
+		_, server, swap := viaProxy(t, db)
+		proxy := newTurnCounter(t, server)
+		pool := openPool(t, db.Driver, swap(proxy.addr()))
+		pool.SetMaxOpenConns(1) // one connection: the statements stay prepared on it
+		region := randomRegion()
+		repo := newRepoOn(t, pool, jdbc.WithRegion(region))
+		other := newRepo(t, db, jdbc.WithRegion(region))
+		ctx := context.Background()
+		mustAcquire(t, repo, "warm-up", longTTL) // connects and prepares
+		if err := repo.Release(ctx, "warm-up"); err != nil {
+			t.Fatal(err)
+		}
+		mustAcquire(t, repo, "warm-up", longTTL)
+
+		acquire := func(what, key string, want bool) {
+			t.Helper()
+			before := proxy.turns.Load()
+			_, ok, err := repo.Acquire(ctx, key, longTTL)
+			if err != nil || ok != want {
+				t.Fatalf("Acquire %s = %v, %v; want %v", what, ok, err, want)
+			}
+			if n := proxy.turns.Load() - before; n != 1 {
+				t.Errorf("Acquire %s took %d round trips, want 1", what, n)
+			}
+		}
+		release := func(r *jdbc.LockRepository, key string) {
+			t.Helper()
+			if err := r.Release(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+		}
+		acquire("of a new key", "new", true)
+		release(repo, "new")
+		acquire("of a row taken before", "new", true)
+		mustAcquire(t, other, "held", longTTL)
+		acquire("of a row held elsewhere", "held", false)
+		acquire("of a row held elsewhere, again", "held", false)
+		release(other, "held")
+		acquire("of a row held elsewhere lately", "held", true)
+	})
+}

@@ -36,6 +36,13 @@ type LockSQL struct {
 	// when it left the row alone.
 	Acquire  string
 	TokenRow bool
+	// Take is Acquire for a row that exists: an UPDATE on Acquire's
+	// conditions that returns the token, cheaper to run than the upsert.
+	// It affects no row when the row is missing, held by another client,
+	// or written by a transaction its snapshot does not show yet (a
+	// release in flight, which Acquire would wait for): Acquire decides
+	// then. "" where the dialect has none (all but PostgreSQL).
+	Take string
 	// Renew extends this client's unexpired lease to :ttl from now.
 	Renew string
 	// ReleaseAfter ends this client's lease so that it lasts until :ttl

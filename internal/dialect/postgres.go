@@ -36,6 +36,7 @@ var Postgres = register(&Dialect{
 		// queue.
 		Acquire:  pgAcquire,
 		TokenRow: true,
+		Take:     pgTakeRow,
 		Renew: `UPDATE {prefix}LOCK SET EXPIRED_AFTER = {now+:ttl} ` +
 			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= {now}`,
 		ReleaseAfter: `UPDATE {prefix}LOCK SET CLIENT_ID = NULL, EXPIRED_AFTER = GREATEST({now}, LEAST(` +
@@ -192,6 +193,19 @@ const (
 		`FENCE = GREATEST({prefix}LOCK.FENCE + 1, EXCLUDED.FENCE), HOLDER = EXCLUDED.HOLDER, ` +
 		`LOCK_NAME = COALESCE({prefix}LOCK.LOCK_NAME, EXCLUDED.LOCK_NAME) ` +
 		`WHERE ` + pgTake + ` RETURNING FENCE`
+	// pgTakeRow is LockSQL.Take: pgAcquire's update of an existing row as
+	// a plain UPDATE, which skips the upsert's conflict check and row lock
+	// before the update (measured: a few µs of a 10-17 µs statement).
+	pgTakeRow = `UPDATE {prefix}LOCK l SET CLIENT_ID = :client_id, EXPIRED_AFTER = {now+:ttl}, ` +
+		`FENCE = GREATEST(l.FENCE + 1, {clock}), HOLDER = :holder, LOCK_NAME = COALESCE(l.LOCK_NAME, :lock_name) ` +
+		`WHERE l.REGION = :region AND l.LOCK_KEY = :lock_key AND ((l.CLIENT_ID = :client_id AND l.EXPIRED_AFTER >= {now}) ` +
+		`OR (l.EXPIRED_AFTER < {now} AND (l.QUEUED_UNTIL IS NULL OR l.QUEUED_UNTIL < {now} OR NOT EXISTS (` + pgAheadRow + `)))) ` +
+		`RETURNING l.FENCE`
+	// pgAheadRow is pgAhead for pgTakeRow, whose row is l.
+	pgAheadRow = `SELECT 1 FROM {prefix}LOCK_WAIT o WHERE o.LOCK_KEY = l.LOCK_KEY AND o.REGION = l.REGION ` +
+		`AND o.CLIENT_ID <> :client_id AND o.WAITING_UNTIL >= {now} ` +
+		`AND o.WAITING_SINCE < COALESCE((SELECT m.WAITING_SINCE FROM {prefix}LOCK_WAIT m WHERE m.LOCK_KEY = l.LOCK_KEY ` +
+		`AND m.REGION = l.REGION AND m.CLIENT_ID = :client_id AND m.WAITING_UNTIL >= {now}), {now})`
 	// pgAcquireOrQueue is pgAcquire that, when it does not take the lease,
 	// raises QUEUED_UNTIL to the deadline of the waiter's place instead of
 	// leaving the row alone; taken says whether it took the lease. The

@@ -27,9 +27,11 @@ func NewSpy(db *sql.DB, leaseKey string) *Spy {
 	return &Spy{DB: db, leaseKey: leaseKey, deletes: map[string][]int64{}}
 }
 
-// noteLease counts the acquisitions (not the renewals) of the lease.
+// noteLease counts the acquisitions (not the renewals) of the lease: the
+// upserts, and on PostgreSQL the UPDATE that takes an existing row, which
+// returns the token where a renewal returns nothing.
 func (s *Spy) noteLease(query string, args []any) {
-	if !strings.HasPrefix(query, "INSERT") {
+	if !strings.HasPrefix(query, "INSERT") && !(strings.HasPrefix(query, "UPDATE") && strings.Contains(query, " RETURNING ")) {
 		return
 	}
 	for _, a := range args {
