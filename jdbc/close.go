@@ -44,8 +44,10 @@ func (r *LockRepository) Close(ctx context.Context) error {
 		r.acquire.close()
 		r.renew.close()
 		r.release.close()
-		if r.expire != nil {
-			r.expire.close()
+		for _, st := range []*stmt{r.expire, r.take, r.takeBatch, r.expireBatch} {
+			if st != nil {
+				st.close()
+			}
 		}
 	}
 	if err := r.releaseUnheld(ctx, noneHeld); err != nil {

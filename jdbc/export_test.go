@@ -14,3 +14,16 @@ func SetListenerSleep(r *LockRepository, f func(ctx context.Context, d time.Dura
 
 // ListenerDelays are the bounds of the listener's backoff.
 const ListenerMinDelay, ListenerMaxDelay = listenMinDelay, listenMaxDelay
+
+// GroupCommitsWaiting returns how many takes and expiries of r wait for a
+// group commit.
+func GroupCommitsWaiting(r *LockRepository) int {
+	n := 0
+	if r.takes != nil {
+		n += r.takes.Waiting()
+	}
+	if r.expiries != nil {
+		n += r.expiries.Waiting()
+	}
+	return n
+}

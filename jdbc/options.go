@@ -39,6 +39,8 @@ const (
 	defaultRegion = "DEFAULT"
 
 	defaultQueueTTL = time.Second
+	// defaultGroupCommit is WithGroupCommit's default.
+	defaultGroupCommit = 1
 )
 
 // An Option configures NewLockRepository and CreateSchema. Options are
@@ -62,9 +64,13 @@ type options struct {
 	logger     *slog.Logger
 	meters     metric.MeterProvider
 	noPrepare  bool
-	appName    string
-	appSet     bool
-	cleanup    cleanupSpec // see cleanup.go
+	// groupCommit is how many take and expire statements run at once
+	// before others wait and run together (WithGroupCommit); 0 after
+	// newConfig means none are grouped.
+	groupCommit int
+	appName     string
+	appSet      bool
+	cleanup     cleanupSpec // see cleanup.go
 
 	layout        Layout // see layout.go
 	spring6TTL    time.Duration
@@ -195,6 +201,21 @@ func WithReleaseQuery(q string) Option {
 // are prepared (pgx's default caches them per connection).
 func WithoutPreparedStatements() Option { return func(o *options) { o.noPrepare = true } }
 
+// WithGroupCommit sets how many statements that take a lease, and how many
+// that release one, the repository runs at once on PostgreSQL: those that
+// arrive while n are in flight wait, and then run together, up to 32 keys
+// in one statement, one round trip and one commit (one flush of the log)
+// for all of them, a group commit. A call that finds fewer than n in
+// flight runs at once, so that a quiet repository adds no latency, and
+// a waiting call whose context ends leaves without having run. Grouped
+// are the statements that take a row the repository took before and
+// found no other client holding lately, and those that release a lease
+// nobody waits for (see the package doc); a group's statement waits for
+// no row lock, and a key it leaves runs its own statements. The default
+// is 1; n = 0 keeps the default; a negative n sends one statement per key.
+// MySQL and SQLite send one statement per key.
+func WithGroupCommit(n int) Option { return func(o *options) { o.groupCommit = n } }
+
 // WithApplicationName sets the application name in the description of this
 // client that each acquisition writes to the lock table's HOLDER column,
 // "host=<host name> pid=<process id> app=<name>", so that whoever reads the
@@ -282,6 +303,12 @@ func newConfig(db DB, opts []Option) (c *config, err error) {
 	}
 	if c.queueTTL < 0 {
 		return nil, fmt.Errorf("%w: WithQueueTTL(%v): must be positive", ErrInvalidOption, c.queueTTL)
+	}
+	switch {
+	case c.groupCommit == 0:
+		c.groupCommit = defaultGroupCommit
+	case c.groupCommit < 0:
+		c.groupCommit = 0
 	}
 	if err := c.settleCleanup(); err != nil {
 		return nil, err

@@ -12,7 +12,8 @@ type params struct {
 	lockKey, region, clientID, channel string
 	lockName, holder                   string // acquisitions' only
 	ttl, wait                          int64
-	retention, batch                   int64 // the clean-up's
+	retention, batch                   int64  // the clean-up's
+	rows                               string // a group commit's keys, as JSON
 }
 
 // args returns the arguments of q, a compiled lock statement.
@@ -47,6 +48,8 @@ func (p params) value(name string) any {
 		return p.retention
 	case dialect.Batch:
 		return p.batch
+	case dialect.Rows:
+		return p.rows
 	}
 	return nil
 }
@@ -60,6 +63,7 @@ type lockStatements struct {
 	expireOne, check        dialect.Query // expireOne is the default release, whatever WithReleaseQuery says
 	expire                  dialect.Query // PostgreSQL's release when nobody waits; SQL "" elsewhere and with a custom release
 	take                    dialect.Query // PostgreSQL's acquire of an existing row; SQL "" elsewhere and with a custom acquire
+	takeBatch, expireBatch  dialect.Query // take and expire for several keys; SQL "" where take or expire is
 	check6                  dialect.Query // the check of a Spring 5.4-6.x table (probe only)
 	queue                   *queueStatements
 }
@@ -76,7 +80,7 @@ func compileLock(cfg *config) (*lockStatements, error) {
 		return compileSpring6(cfg)
 	}
 	d, prefix := cfg.d, cfg.prefix
-	all := append(append([]string(nil), dialect.CustomParams...), dialect.Retention, dialect.Batch)
+	all := append(append([]string(nil), dialect.CustomParams...), dialect.Retention, dialect.Batch, dialect.Rows)
 	c := func(template string) dialect.Query { return d.MustCompile(template, prefix, all...) }
 	s := &lockStatements{
 		acquire: c(d.Lock.Acquire), renew: c(d.Lock.Renew), release: c(dialect.Release),
@@ -86,7 +90,7 @@ func compileLock(cfg *config) (*lockStatements, error) {
 		expireOne: c(dialect.Release), check: c(d.CheckLock()),
 	}
 	if d.Lock.Take != "" && !cfg.querySet[qAcquire] {
-		s.take = c(d.Lock.Take)
+		s.take, s.takeBatch = c(d.Lock.Take), c(d.Lock.TakeBatch)
 	}
 	if d.Lock.SweepKeys != "" {
 		s.sweepKeys = c(d.Lock.SweepKeys)
@@ -94,7 +98,7 @@ func compileLock(cfg *config) (*lockStatements, error) {
 	if q := d.Lock.Queue; q != nil {
 		s.release = c(q.Release) // announces the release
 		if !cfg.querySet[qRelease] {
-			s.expire = c(q.Expire)
+			s.expire, s.expireBatch = c(q.Expire), c(d.Lock.ExpireBatch)
 		}
 		if !cfg.querySet[qAcquire] {
 			s.queue = &queueStatements{acquireOrWait: c(q.AcquireOrWait), handed: c(q.Handed), leave: c(q.Leave), sweep: c(q.Sweep)}

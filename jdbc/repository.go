@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockreg/lockreg/internal/cleanup"
 	"github.com/lockreg/lockreg/internal/dialect"
+	"github.com/lockreg/lockreg/internal/groupcommit"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -48,6 +49,12 @@ type LockRepository struct {
 	// acquire and AcquireOrWait as hints says; nil with a custom acquire
 	// query and elsewhere.
 	take *stmt
+	// takes and expiries run the takes and the expiries that arrive while
+	// one is in flight together (WithGroupCommit), in takeBatch and
+	// expireBatch; nil where the dialect has no such statements or the
+	// option turns them off.
+	takes, expiries        *groupcommit.Batcher[*rowCall]
+	takeBatch, expireBatch *stmt
 	// acquireReturns says the acquire statement returns the fencing token
 	// as a row (the default on PostgreSQL and SQLite); otherwise it is
 	// judged by the rows it affects. releaseReturns says the release
@@ -150,6 +157,7 @@ func newRepository(db DB, cfg *config, statements *lockStatements, unprepared bo
 	if statements.take.SQL != "" {
 		r.take = &stmt{q: statements.take, unprepared: unprepared, tel: cfg.tel.stmt("acquire")}
 	}
+	r.startGroupCommits(statements, cfg.groupCommit, unprepared)
 	if q := statements.queue; q != nil {
 		r.queue = &waitQueue{acquireOrWait: &stmt{q: q.acquireOrWait, unprepared: unprepared, tel: cfg.tel.stmt("acquire_or_wait")},
 			handed: &stmt{q: q.handed, unprepared: unprepared, tel: cfg.tel.stmt("handed_lease")}, leave: q.leave, sweep: q.sweep}
@@ -244,8 +252,8 @@ func (r *LockRepository) markAcquiring(what, hk string) (*holding, error) {
 	return h, nil
 }
 
-// takes reports whether to try the take statement first for the row hk.
-func (r *LockRepository) takes(hk string) bool {
+// takesFirst reports whether to try the take statement first for the row hk.
+func (r *LockRepository) takesFirst(hk string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.hints.take(hk, time.Now())
@@ -311,10 +319,10 @@ func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl ti
 		lease    registry.Lease
 		acquired bool
 	)
-	if r.take != nil && r.takes(hk) {
+	if r.take != nil && r.takesFirst(hk) {
 		// An existing row nobody held lately: the UPDATE, and the
 		// statement asked for only when it affects no row.
-		lease, acquired, err = r.doAcquire(ctx, r.take, key, lk, ttl)
+		lease, acquired, err = r.takeRow(ctx, key, lk, hk, ttl)
 	}
 	if err == nil && !acquired {
 		lease, acquired, err = r.doAcquire(ctx, st, key, lk, ttl)
@@ -423,9 +431,9 @@ func (r *LockRepository) Release(ctx context.Context, key string) error {
 		if r.expire != nil && !r.wasHanded(hk) {
 			// One UPDATE when nobody waits; the hand-off statement only
 			// when someone does (or the row is not ours: it says which).
-			var res sql.Result
-			if res, err = r.expire.exec(ctx, r.db, r.params(lk, 0).args(r.expire.q)); err == nil {
-				n, err = res.RowsAffected()
+			var expired bool
+			if expired, err = r.expireRow(ctx, lk, hk); expired {
+				n = 1
 			}
 		}
 		if err == nil && n == 0 {

@@ -76,6 +76,30 @@ func (s *stmt) scan(ctx context.Context, db DB, args []any, dest ...any) (_ bool
 	return true, nil
 }
 
+// query executes the statement, a query, and calls each with every row.
+func (s *stmt) query(ctx context.Context, db DB, args []any, each func(*sql.Rows) error) (err error) {
+	if s.tel != nil {
+		defer func(start time.Time) { s.tel.record(ctx, start, err) }(time.Now())
+	}
+	var rs *sql.Rows
+	if st := s.get(ctx, db); st == nil {
+		rs, err = db.QueryContext(ctx, s.q.SQL, args...)
+	} else {
+		defer s.put()
+		rs, err = st.QueryContext(ctx, args...)
+	}
+	if err != nil {
+		return pooled(err)
+	}
+	defer rs.Close()
+	for rs.Next() {
+		if err := each(rs); err != nil {
+			return err
+		}
+	}
+	return pooled(rs.Err())
+}
+
 // int64Dests returns dest as *int64s, if all of them are.
 func int64Dests(dest []any) ([]*int64, bool) {
 	ints := make([]*int64, len(dest))

@@ -43,6 +43,18 @@ type LockSQL struct {
 	// release in flight, which Acquire would wait for): Acquire decides
 	// then. "" where the dialect has none (all but PostgreSQL).
 	Take string
+	// TakeBatch is Take for the keys of :rows, a JSON array of objects
+	// {"n": index, "k": LOCK_KEY, "ttl": microseconds, "name": LOCK_NAME}, returning the n
+	// and token of each key it took. It waits for no row lock: a row
+	// another transaction is writing it leaves, as it leaves the rows it
+	// does not take, to the statements of one key, so that batches, which
+	// lock several rows, never wait in a cycle. "" where Take is.
+	TakeBatch string
+	// ExpireBatch is QueueSQL.Expire for the keys of :rows, a JSON array
+	// of objects {"n": index, "k": LOCK_KEY}, returning the n of each key
+	// it expired; like TakeBatch it skips rows locked by others. "" where
+	// the dialect has none.
+	ExpireBatch string
 	// Renew extends this client's unexpired lease to :ttl from now.
 	Renew string
 	// ReleaseAfter ends this client's lease so that it lasts until :ttl

@@ -37,6 +37,18 @@ var Postgres = register(&Dialect{
 		Acquire:  pgAcquire,
 		TokenRow: true,
 		Take:     pgTakeRow,
+		TakeBatch: `WITH v AS (SELECT r.n, r.k, r.ttl FROM json_to_recordset(CAST(:rows AS JSON)) AS r(n INT, k CHAR(36), ttl BIGINT, name TEXT)), ` +
+			`t AS (SELECT l.LOCK_KEY FROM v JOIN {prefix}LOCK l ON l.LOCK_KEY = v.k AND l.REGION = :region ` +
+			`WHERE ` + pgTakeable + ` FOR UPDATE OF l SKIP LOCKED) ` +
+			`UPDATE {prefix}LOCK l SET CLIENT_ID = :client_id, EXPIRED_AFTER = {now} + v.ttl * INTERVAL '1 microsecond', ` +
+			`FENCE = GREATEST(l.FENCE + 1, {clock}), HOLDER = :holder, LOCK_NAME = COALESCE(l.LOCK_NAME, v.name) ` +
+			`FROM t JOIN v ON v.k = t.LOCK_KEY ` +
+			`WHERE l.REGION = :region AND l.LOCK_KEY = t.LOCK_KEY AND ` + pgTakeable + ` RETURNING v.n, l.FENCE`,
+		ExpireBatch: `WITH v AS (SELECT r.n, r.k FROM json_to_recordset(CAST(:rows AS JSON)) AS r(n INT, k CHAR(36))), ` +
+			`t AS (SELECT l.LOCK_KEY FROM v JOIN {prefix}LOCK l ON l.LOCK_KEY = v.k AND l.REGION = :region ` +
+			`WHERE ` + pgExpirable + ` FOR UPDATE OF l SKIP LOCKED) ` +
+			`UPDATE {prefix}LOCK l SET EXPIRED_AFTER = {past} FROM t JOIN v ON v.k = t.LOCK_KEY ` +
+			`WHERE l.REGION = :region AND l.LOCK_KEY = t.LOCK_KEY AND ` + pgExpirable + ` RETURNING v.n`,
 		Renew: `UPDATE {prefix}LOCK SET EXPIRED_AFTER = {now+:ttl} ` +
 			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= {now}`,
 		ReleaseAfter: `UPDATE {prefix}LOCK SET CLIENT_ID = NULL, EXPIRED_AFTER = GREATEST({now}, LEAST(` +
@@ -195,17 +207,18 @@ const (
 		`WHERE ` + pgTake + ` RETURNING FENCE`
 	// pgTakeRow is LockSQL.Take: pgAcquire's update of an existing row as
 	// a plain UPDATE, which skips the upsert's conflict check and row lock
-	// before the update (measured: a few µs of a 10-17 µs statement).
+	// before the update. It leaves an expired lease whose has-waiters flag
+	// is live to the upsert, which reads the queue, and so carries no
+	// subquery.
 	pgTakeRow = `UPDATE {prefix}LOCK l SET CLIENT_ID = :client_id, EXPIRED_AFTER = {now+:ttl}, ` +
 		`FENCE = GREATEST(l.FENCE + 1, {clock}), HOLDER = :holder, LOCK_NAME = COALESCE(l.LOCK_NAME, :lock_name) ` +
-		`WHERE l.REGION = :region AND l.LOCK_KEY = :lock_key AND ((l.CLIENT_ID = :client_id AND l.EXPIRED_AFTER >= {now}) ` +
-		`OR (l.EXPIRED_AFTER < {now} AND (l.QUEUED_UNTIL IS NULL OR l.QUEUED_UNTIL < {now} OR NOT EXISTS (` + pgAheadRow + `)))) ` +
-		`RETURNING l.FENCE`
-	// pgAheadRow is pgAhead for pgTakeRow, whose row is l.
-	pgAheadRow = `SELECT 1 FROM {prefix}LOCK_WAIT o WHERE o.LOCK_KEY = l.LOCK_KEY AND o.REGION = l.REGION ` +
-		`AND o.CLIENT_ID <> :client_id AND o.WAITING_UNTIL >= {now} ` +
-		`AND o.WAITING_SINCE < COALESCE((SELECT m.WAITING_SINCE FROM {prefix}LOCK_WAIT m WHERE m.LOCK_KEY = l.LOCK_KEY ` +
-		`AND m.REGION = l.REGION AND m.CLIENT_ID = :client_id AND m.WAITING_UNTIL >= {now}), {now})`
+		`WHERE l.REGION = :region AND l.LOCK_KEY = :lock_key AND ` + pgTakeable + ` RETURNING l.FENCE`
+	// pgTakeable is pgTakeRow's condition on its row l: this client's
+	// unexpired lease, or an expired one without live waiters.
+	pgTakeable = `((l.CLIENT_ID = :client_id AND l.EXPIRED_AFTER >= {now}) ` +
+		`OR (l.EXPIRED_AFTER < {now} AND (l.QUEUED_UNTIL IS NULL OR l.QUEUED_UNTIL < {now})))`
+	// pgExpirable is pgExpire's condition on its row l.
+	pgExpirable = `l.CLIENT_ID = :client_id AND (l.QUEUED_UNTIL IS NULL OR l.QUEUED_UNTIL < {now})`
 	// pgAcquireOrQueue is pgAcquire that, when it does not take the lease,
 	// raises QUEUED_UNTIL to the deadline of the waiter's place instead of
 	// leaving the row alone; taken says whether it took the lease. The
