@@ -181,7 +181,7 @@ func openLockregWith(driver string, listen bool, more []registry.Option, moreJDB
 		if err != nil {
 			return nil, err
 		}
-		opts := []jdbc.Option{jdbc.WithPrefix(lockregPrefix), jdbc.WithRegion("bench-" + driver)}
+		opts := []jdbc.Option{jdbc.WithPrefix(lockregPrefix), jdbc.WithRegion("bench-" + driver), jdbc.WithGroupCommit(e.lockGroupCommit)}
 		switch {
 		case listen && driver == "pgx":
 			opts = append(opts, jdbc.WithListener(pgxlisten.New(db)))

@@ -43,8 +43,11 @@ type env struct {
 	pgssErr    error        // why not
 
 	verbose bool
-	logMu   sync.Mutex
-	logged  map[string]int
+	// lockGroupCommit is jdbc.WithGroupCommit of the lockreg contestants
+	// (-lock-group-commit; 0: the repository's default).
+	lockGroupCommit int
+	logMu           sync.Mutex
+	logged          map[string]int
 }
 
 // logf reports an error of a contestant to stderr, at most a few times per
@@ -81,7 +84,7 @@ func withDatabase(dsn, db string) (string, bool) {
 }
 
 func openEnv(ctx context.Context, cfg config) *env {
-	e := &env{logged: map[string]int{}, verbose: cfg.verbose}
+	e := &env{logged: map[string]int{}, verbose: cfg.verbose, lockGroupCommit: cfg.lockGroupCommit}
 	e.syncCommit = cfg.syncCommit
 	e.setupPostgres(ctx, cfg)
 	e.setupMariaDB(ctx, cfg)

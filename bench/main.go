@@ -55,6 +55,8 @@ type config struct {
 	groupLockKind string
 	// groupCommit is sqlstore.Config.GroupCommit of the SQL variants.
 	groupCommit int
+	// lockGroupCommit is jdbc.WithGroupCommit of the lockreg contestants.
+	lockGroupCommit int
 }
 
 // lockScenarios run per lock contestant; the group scenarios (groups.go)
@@ -116,6 +118,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs.IntVar(&cfg.pg4Workers, "pg4-workers", 4, "aggregator, resequencer: worker goroutines per instance of the postgres-4 variant")
 	fs.IntVar(&cfg.sqliteWorkers, "sqlite-workers", 4, "aggregator, resequencer: worker goroutines of the sqlite-1 variant")
 	fs.StringVar(&cfg.groupLockKind, "group-lock", "store", "aggregator, resequencer: the SQL variants' group lock: store (the group row's, in the store's transactions: Config.Locks nil) or registry (a lease in the lock table: Config.Locks a registry)")
+	fs.IntVar(&cfg.lockGroupCommit, "lock-group-commit", 0, "lockreg contestants: jdbc.WithGroupCommit (0: the repository's default, -1: off)")
 	fs.IntVar(&cfg.groupCommit, "group-commit", 0, "aggregator, resequencer: sqlstore.Config.GroupCommit of the SQL variants (0: the store's default, -1: off)")
 	fs.IntVar(&cfg.groupPool, "group-pool", 0, "aggregator, resequencer: pool size (MaxOpen = MaxIdle) per PostgreSQL instance (0: its workers)")
 	fs.IntVar(&cfg.groupWindow, "group-window", 200, "aggregator, resequencer: the feed is shuffled in blocks of this many groups")

@@ -42,6 +42,9 @@ func (g *gatedDB) see(query string) {
 	g.mu.Lock()
 	f := strings.Fields(query)
 	g.counted[strings.Join(f[:min(3, len(f))], " ")]++
+	if len(f) > 3 {
+		g.counted[strings.Join(f[:4], " ")]++
+	}
 	wait := g.arming && strings.HasPrefix(query, g.prefix)
 	if wait {
 		g.arming = false
@@ -76,12 +79,31 @@ func (g *gatedDB) QueryRowContext(ctx context.Context, query string, args ...any
 	return g.DB.QueryRowContext(ctx, query, args...)
 }
 
-// The statements of one key that the group commits start with.
+// The first words of the group commits' statements and of those of one
+// key.
 const (
-	takeOne   = "UPDATE INT_LOCK l SET CLIENT_ID"
-	expireOne = "UPDATE INT_LOCK SET EXPIRED_AFTER"
 	group     = "WITH v AS"
+	takeOne   = "UPDATE INT_LOCK l"
+	upsert    = "INSERT INTO INT_LOCK"
+	expireOne = "UPDATE INT_LOCK SET"
+	handOff   = "WITH nx AS"
 )
+
+// counts returns how many statements began with each of three prefixes,
+// for since.
+func (g *gatedDB) counts(a, b, c string) [6]any {
+	return [6]any{a, b, c, g.count(a), g.count(b), g.count(c)}
+}
+
+// since returns how many statements of each prefix of before were sent
+// since counts returned it.
+func (g *gatedDB) since(before [6]any) [3]int {
+	var d [3]int
+	for i := range d {
+		d[i] = g.count(before[i].(string)) - before[i+3].(int)
+	}
+	return d
+}
 
 // groupOutcome is the outcome of one call of a group.
 type groupOutcome struct {
@@ -168,7 +190,7 @@ func TestAcquisitionsThatArriveWhileOneIsInFlightShareOneStatement(t *testing.T)
 		g := newGatedDB(db.DB)
 		keys := keysN(6)
 		repo, tokens := known(t, g, randomRegion(), keys)
-		before := g.count(group)
+		before := g.counts(group, takeOne, upsert)
 		got := inGroup(t, g, repo, takeOne, keys[0], keys[1:], func(k string) (registry.Lease, bool, error) {
 			return repo.Acquire(t.Context(), k, longTTL)
 		})
@@ -177,8 +199,9 @@ func TestAcquisitionsThatArriveWhileOneIsInFlightShareOneStatement(t *testing.T)
 				t.Errorf("Acquire(%s) = %+v, %v, %v; want the lease with a token above %d", k, o.lease, o.ok, o.err, tokens[k])
 			}
 		}
-		if n := g.count(group) - before; n != 1 {
-			t.Errorf("%d group statements, want 1 for the 5 acquisitions that waited", n)
+		if sent := g.since(before); sent != [3]int{1, 1, 0} {
+			t.Errorf("sent %d group statements, %d takes and %d upserts; want the first acquisition's take, "+
+				"and one group statement for the 5 that waited", sent[0], sent[1], sent[2])
 		}
 	})
 }
@@ -192,7 +215,7 @@ func TestReleasesThatArriveWhileOneIsInFlightShareOneStatement(t *testing.T) {
 		for _, k := range keys {
 			mustAcquire(t, repo, k, longTTL)
 		}
-		before := g.count(group)
+		before := g.counts(group, expireOne, handOff)
 		got := inGroup(t, g, repo, expireOne, keys[0], keys[1:], func(k string) (registry.Lease, bool, error) {
 			return registry.Lease{}, true, repo.Release(t.Context(), k)
 		})
@@ -201,8 +224,9 @@ func TestReleasesThatArriveWhileOneIsInFlightShareOneStatement(t *testing.T) {
 				t.Errorf("Release(%s) = %v", k, o.err)
 			}
 		}
-		if n := g.count(group) - before; n != 1 {
-			t.Errorf("%d group statements, want 1 for the 5 releases that waited", n)
+		if sent := g.since(before); sent != [3]int{1, 1, 0} {
+			t.Errorf("sent %d group statements, %d expiries and %d hand-off statements; want the first release's expiry, "+
+				"and one group statement for the 5 that waited", sent[0], sent[1], sent[2])
 		}
 		other := newRepo(t, db, jdbc.WithRegion(region))
 		for _, k := range keys {

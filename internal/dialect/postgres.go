@@ -37,18 +37,20 @@ var Postgres = register(&Dialect{
 		Acquire:  pgAcquire,
 		TokenRow: true,
 		Take:     pgTakeRow,
-		TakeBatch: `WITH v AS (SELECT r.n, r.k, r.ttl FROM json_to_recordset(CAST(:rows AS JSON)) AS r(n INT, k CHAR(36), ttl BIGINT, name TEXT)), ` +
-			`t AS (SELECT l.LOCK_KEY FROM v JOIN {prefix}LOCK l ON l.LOCK_KEY = v.k AND l.REGION = :region ` +
-			`WHERE ` + pgTakeable + ` FOR UPDATE OF l SKIP LOCKED) ` +
-			`UPDATE {prefix}LOCK l SET CLIENT_ID = :client_id, EXPIRED_AFTER = {now} + v.ttl * INTERVAL '1 microsecond', ` +
-			`FENCE = GREATEST(l.FENCE + 1, {clock}), HOLDER = :holder, LOCK_NAME = COALESCE(l.LOCK_NAME, v.name) ` +
-			`FROM t JOIN v ON v.k = t.LOCK_KEY ` +
-			`WHERE l.REGION = :region AND l.LOCK_KEY = t.LOCK_KEY AND ` + pgTakeable + ` RETURNING v.n, l.FENCE`,
+		// The keys' rows are looked up and locked one by one (LATERAL, by
+		// primary key whatever the statistics), and updated by their
+		// tuple ids, which the locks pin.
+		TakeBatch: `WITH v AS (SELECT r.n, r.k, r.ttl, r.name FROM json_to_recordset(CAST(:rows AS JSON)) AS r(n INT, k CHAR(36), ttl BIGINT, name TEXT)), ` +
+			`t AS (SELECT x.tid, v.n, v.ttl, v.name FROM v CROSS JOIN LATERAL (SELECT l.ctid AS tid FROM {prefix}LOCK l ` +
+			`WHERE l.LOCK_KEY = v.k AND l.REGION = :region AND ` + pgTakeable + ` FOR UPDATE SKIP LOCKED) x) ` +
+			`UPDATE {prefix}LOCK l SET CLIENT_ID = :client_id, EXPIRED_AFTER = {now} + t.ttl * INTERVAL '1 microsecond', ` +
+			`FENCE = GREATEST(l.FENCE + 1, {clock}), HOLDER = :holder, LOCK_NAME = COALESCE(l.LOCK_NAME, t.name) ` +
+			`FROM t WHERE l.ctid = t.tid AND l.ctid = ANY (ARRAY(SELECT tid FROM t)) RETURNING t.n, l.FENCE`,
 		ExpireBatch: `WITH v AS (SELECT r.n, r.k FROM json_to_recordset(CAST(:rows AS JSON)) AS r(n INT, k CHAR(36))), ` +
-			`t AS (SELECT l.LOCK_KEY FROM v JOIN {prefix}LOCK l ON l.LOCK_KEY = v.k AND l.REGION = :region ` +
-			`WHERE ` + pgExpirable + ` FOR UPDATE OF l SKIP LOCKED) ` +
-			`UPDATE {prefix}LOCK l SET EXPIRED_AFTER = {past} FROM t JOIN v ON v.k = t.LOCK_KEY ` +
-			`WHERE l.REGION = :region AND l.LOCK_KEY = t.LOCK_KEY AND ` + pgExpirable + ` RETURNING v.n`,
+			`t AS (SELECT x.tid, v.n FROM v CROSS JOIN LATERAL (SELECT l.ctid AS tid FROM {prefix}LOCK l ` +
+			`WHERE l.LOCK_KEY = v.k AND l.REGION = :region AND ` + pgExpirable + ` FOR UPDATE SKIP LOCKED) x) ` +
+			`UPDATE {prefix}LOCK l SET EXPIRED_AFTER = {past} ` +
+			`FROM t WHERE l.ctid = t.tid AND l.ctid = ANY (ARRAY(SELECT tid FROM t)) RETURNING t.n`,
 		Renew: `UPDATE {prefix}LOCK SET EXPIRED_AFTER = {now+:ttl} ` +
 			`WHERE REGION = :region AND LOCK_KEY = :lock_key AND CLIENT_ID = :client_id AND EXPIRED_AFTER >= {now}`,
 		ReleaseAfter: `UPDATE {prefix}LOCK SET CLIENT_ID = NULL, EXPIRED_AFTER = GREATEST({now}, LEAST(` +
