@@ -45,6 +45,17 @@
 //     later (see Clean-up). ReleaseAfter (for package tasklock) keeps the lease until a
 //     minimum time after its acquisition, by the database's clock.
 //
+// On PostgreSQL the take statements of rows known to the repository and the
+// releases of leases nobody waits for that arrive while one of their kind is
+// in flight run together, up to 32 keys in one statement: one round trip and
+// one commit (one flush of the log) for all of them, a group commit (see
+// WithGroupCommit). The group statement locks each key's row with FOR
+// UPDATE SKIP LOCKED, so that it never waits for a row lock while it holds
+// others; a key whose row it skips, or finds held, runs the statements of
+// one key above. With 16 goroutines on distinct keys this runs 1.5 to 1.6
+// times as many lock cycles per second as ShedLock's statements on the same
+// server (docs/benchmarks.md).
+//
 // # Waiting on PostgreSQL
 //
 // On PostgreSQL, waiters that listen (WithListener) queue in a second

@@ -180,3 +180,44 @@ func ExampleWithLayout() {
 	// acquired: true <nil>
 	// longer than the table TTL: true
 }
+
+// Goroutines that lock keys of their own share statements on PostgreSQL:
+// acquisitions and releases that arrive while one of their kind is in
+// flight run together in the next one, one commit for all of them. Here two
+// statements of each kind may run at once; WithGroupCommit(-1) would send
+// one per key. (Not run: it needs a PostgreSQL server.)
+func ExampleWithGroupCommit() {
+	ctx := context.Background()
+	db, err := sql.Open("pgx", "postgres://localhost:5432/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8) // keep the connections the bursts use
+	repo, err := jdbc.NewLockRepository(ctx, db, jdbc.WithGroupCommit(2))
+	if err != nil {
+		log.Fatal(err)
+	}
+	locks, err := registry.New(repo)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close(ctx)
+	done := make(chan error)
+	for i := range 16 {
+		go func() {
+			l := locks.Obtain(fmt.Sprintf("account-%d", i))
+			err := l.LockContext(ctx)
+			if err == nil {
+				err = l.UnlockContext(ctx)
+			}
+			done <- err
+		}()
+	}
+	for range 16 {
+		if err := <-done; err != nil {
+			log.Print(err)
+		}
+	}
+}
