@@ -5,11 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/internal/groupcommit"
 )
 
 // maxBatch bounds the Adds of one group commit: its transaction holds
@@ -18,18 +17,19 @@ const maxBatch = 32
 
 // A batcher runs the one-statement Adds of a store (PostgreSQL's, outside
 // Locked) that arrive while Config.GroupCommit statements are in flight
-// together, in one AddBatch statement of their own (a group commit): one
-// round trip, one commit and one flush of the log for all of them. An Add that finds a transaction free runs at once, with
-// whatever waits, so that a quiet store adds no latency; when a
-// statement ends, the first Add waiting runs the next one, so that no
-// caller does another's work after its own.
+// together, in one AddBatch statement of their own (a group commit, see
+// package groupcommit): one round trip, one commit and one flush of the log
+// for all of them. One statement adds at most one message to a group.
 type batcher struct {
-	s   *Store
-	max int // transactions in flight at most
+	s *Store
+	b groupcommit.Batcher[*addCall]
+}
 
-	mu      sync.Mutex
-	running int
-	queue   []*addCall
+func newBatcher(s *Store, inFlight int) *batcher {
+	b := &batcher{s: s}
+	b.b = groupcommit.Batcher[*addCall]{Max: inFlight, MaxBatch: maxBatch, Exec: b.exec,
+		Apart: func(x, y *addCall) bool { return x.v.groupKey == y.v.groupKey }}
+	return b
 }
 
 // An addCall is one Add in a batcher.
@@ -38,9 +38,6 @@ type addCall struct {
 	key     string
 	v       *values
 	timeout time.Duration
-
-	done chan struct{} // closed once the result is set, or lead
-	lead []*addCall    // set before done closes when the call is to run this batch (itself in it)
 
 	g       groupstore.Group
 	outcome groupstore.Outcome
@@ -54,34 +51,9 @@ var errAlone = errors.New("run alone")
 
 // add runs c, alone or in a group commit, and sets its result.
 func (b *batcher) add(c *addCall) {
-	b.mu.Lock()
-	if b.running < b.max {
-		b.running++
-		batch := b.take(c)
-		b.mu.Unlock()
-		b.run(batch)
-	} else {
-		c.done = make(chan struct{})
-		b.queue = append(b.queue, c)
-		b.mu.Unlock()
-		select {
-		case <-c.done:
-		case <-c.ctx.Done():
-			b.mu.Lock()
-			i := slices.Index(b.queue, c)
-			if i >= 0 {
-				b.queue = slices.Delete(b.queue, i, i+1)
-			}
-			b.mu.Unlock()
-			if i >= 0 {
-				c.err = c.ctx.Err()
-				return
-			}
-			<-c.done // a batch holds it: its outcome is coming
-		}
-		if c.lead != nil {
-			b.run(c.lead)
-		}
+	if err := b.b.Do(&groupcommit.Call[*addCall]{Ctx: c.ctx, Item: c}); err != nil {
+		c.err = err
+		return
 	}
 	if errors.Is(c.err, errAlone) {
 		b.alone(c)
@@ -96,55 +68,14 @@ func (b *batcher) alone(c *addCall) {
 	})
 }
 
-// take takes waiting calls of distinct groups, up to maxBatch with
-// first, which leads them (nil: the first taken does); b.mu is held. The
-// others wait for a later batch, in their order: one statement adds at
-// most one message to a group.
-func (b *batcher) take(first *addCall) []*addCall {
-	batch := make([]*addCall, 0, min(len(b.queue)+1, maxBatch))
-	if first != nil {
-		batch = append(batch, first)
-	}
-	kept := b.queue[:0]
-	for _, c := range b.queue {
-		if len(batch) == maxBatch || slices.ContainsFunc(batch, func(o *addCall) bool { return o.v.groupKey == c.v.groupKey }) {
-			kept = append(kept, c)
-			continue
-		}
-		batch = append(batch, c)
-	}
-	clear(b.queue[len(kept):])
-	b.queue = kept
-	return batch
-}
-
-// run runs batch, sets the results of its calls and wakes them but the
-// caller's own, and hands the next batch, if any waits, to its first call.
-func (b *batcher) run(batch []*addCall) {
-	b.exec(batch)
-	b.mu.Lock()
-	var next []*addCall
-	if len(b.queue) > 0 {
-		next = b.take(nil)
-	} else {
-		b.running--
-	}
-	b.mu.Unlock()
-	for _, c := range batch {
-		if c.done != nil && c.lead == nil { // it waits; a lead's done is closed
-			close(c.done)
-		}
-	}
-	if len(next) > 0 {
-		next[0].lead = next
-		close(next[0].done)
-	}
-}
-
 // exec runs batch: one call as AddMessage, more as one AddBatch
 // statement. On an error of the statement every call is marked errAlone.
-func (b *batcher) exec(batch []*addCall) {
+func (b *batcher) exec(calls []*groupcommit.Call[*addCall]) {
 	s := b.s
+	batch := make([]*addCall, len(calls))
+	for i, c := range calls {
+		batch[i] = c.Item
+	}
 	if len(batch) == 1 {
 		b.alone(batch[0])
 		return

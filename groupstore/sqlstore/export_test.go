@@ -5,7 +5,5 @@ func QueuedAdds(s *Store) int {
 	if s.batch == nil {
 		return 0
 	}
-	s.batch.mu.Lock()
-	defer s.batch.mu.Unlock()
-	return len(s.batch.queue)
+	return s.batch.b.Waiting()
 }

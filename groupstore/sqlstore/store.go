@@ -81,7 +81,7 @@ func New(db DB, cfg Config) (*Store, error) {
 	s := &Store{db: db, d: d, sql: compile(d, cfg.Prefix), region: cfg.Region,
 		groups: cfg.Prefix + "GROUP", msgs: cfg.Prefix + "GROUP_MESSAGE", retention: cfg.CleanupRetention}
 	if s.sql.addBatch[0].SQL != "" && cfg.GroupCommit > 0 {
-		s.batch = &batcher{s: s, max: cfg.GroupCommit}
+		s.batch = newBatcher(s, cfg.GroupCommit)
 	}
 	if !cfg.DisableCleanup {
 		s.cleaner = cleanup.New(cfg.CleanupInterval, &leaseRepository{db: db, opts: cfg.lockOptions(d)},
