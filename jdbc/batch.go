@@ -124,7 +124,7 @@ func (r *LockRepository) execGroup(batch []*groupcommit.Call[*rowCall], st *stmt
 		return
 	}
 	p := r.params("", 0)
-	p.rows = string(js)
+	p.rows, p.holder = string(js), r.cfg.holder
 	ctx, cancel := groupContext(batch)
 	defer cancel()
 	err = st.query(ctx, r.db, p.args(st.q), func(rs *sql.Rows) error {

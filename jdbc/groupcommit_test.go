@@ -189,7 +189,8 @@ func TestAcquisitionsThatArriveWhileOneIsInFlightShareOneStatement(t *testing.T)
 	postgresOnly(t, func(t *testing.T, db testDB) {
 		g := newGatedDB(db.DB)
 		keys := keysN(6)
-		repo, tokens := known(t, g, randomRegion(), keys)
+		region := randomRegion()
+		repo, tokens := known(t, g, region, keys)
 		before := g.counts(group, takeOne, upsert)
 		got := inGroup(t, g, repo, takeOne, keys[0], keys[1:], func(k string) (registry.Lease, bool, error) {
 			return repo.Acquire(t.Context(), k, longTTL)
@@ -197,6 +198,10 @@ func TestAcquisitionsThatArriveWhileOneIsInFlightShareOneStatement(t *testing.T)
 		for _, k := range keys {
 			if o := got[k]; o.err != nil || !o.ok || o.lease.Token <= tokens[k] {
 				t.Errorf("Acquire(%s) = %+v, %v, %v; want the lease with a token above %d", k, o.lease, o.ok, o.err, tokens[k])
+			}
+			if l := db.MustLease(t, region, k); l.Fence != got[k].lease.Token || l.Holder != repo.Holder() || l.LockName != k {
+				t.Errorf("row of %s: FENCE %d, HOLDER %q, LOCK_NAME %q; want %d, %q, %q", k, l.Fence, l.Holder, l.LockName,
+					got[k].lease.Token, repo.Holder(), k)
 			}
 		}
 		if sent := g.since(before); sent != [3]int{1, 1, 0} {
