@@ -48,7 +48,7 @@ func (r *LockRepository) HandedLease(ctx context.Context, key string) (registry.
 		return registry.Lease{}, false, nil
 	}
 	what := opKey("claim", key)
-	lk, hk, h, err := r.startAcquire(what, key)
+	lk, hk, h, _, err := r.startAcquire(what, key)
 	if err != nil {
 		return registry.Lease{}, false, err
 	}

@@ -223,25 +223,27 @@ func (r *LockRepository) Acquire(ctx context.Context, key string, ttl time.Durat
 }
 
 // startAcquire maps key to its LOCK_KEY lk and marks its row (held-set key
-// hk) as being acquired, with markAcquiring; settle ends the mark h.
-func (r *LockRepository) startAcquire(what, key string) (lk, hk string, h *holding, err error) {
+// hk) as being acquired, with markAcquiring; settle ends the mark h. take
+// says whether to try the take statement first (see rowHints).
+func (r *LockRepository) startAcquire(what, key string) (lk, hk string, h *holding, take bool, err error) {
 	if lk, err = r.lockKey(key); err != nil {
-		return "", "", nil, fmt.Errorf("%s: %w", what, err)
+		return "", "", nil, false, fmt.Errorf("%s: %w", what, err)
 	}
 	hk = heldKey(lk)
-	if h, err = r.markAcquiring(what, hk); err != nil {
-		return "", "", nil, err
+	if h, take, err = r.markAcquiring(what, hk); err != nil {
+		return "", "", nil, false, err
 	}
-	return lk, hk, h, nil
+	return lk, hk, h, take, nil
 }
 
 // markAcquiring marks the row hk as being acquired, from before the
-// statement is sent, so that a concurrent Close spares it.
-func (r *LockRepository) markAcquiring(what, hk string) (*holding, error) {
+// statement is sent, so that a concurrent Close spares it, and reports
+// what the hints say of trying the take statement first.
+func (r *LockRepository) markAcquiring(what, hk string) (*holding, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return nil, fmt.Errorf("%s: %w", what, registry.ErrClosed)
+		return nil, false, fmt.Errorf("%s: %w", what, registry.ErrClosed)
 	}
 	h := r.held[hk]
 	if h == nil {
@@ -249,14 +251,7 @@ func (r *LockRepository) markAcquiring(what, hk string) (*holding, error) {
 		r.held[hk] = h
 	}
 	h.acquiring++
-	return h, nil
-}
-
-// takesFirst reports whether to try the take statement first for the row hk.
-func (r *LockRepository) takesFirst(hk string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.hints.take(hk, time.Now())
+	return h, r.take != nil && r.hints.take(hk, time.Now()), nil
 }
 
 // settle records the outcome of an acquisition that markAcquiring
@@ -310,7 +305,7 @@ func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl ti
 	if err := r.cfg.checkSpring6TTL(ttl); err != nil {
 		return registry.Lease{}, false, fmt.Errorf("%s: %w: %w", what, registry.ErrInvalidTTL, err)
 	}
-	lk, hk, h, err := r.startAcquire(what, key)
+	lk, hk, h, take, err := r.startAcquire(what, key)
 	if err != nil {
 		return registry.Lease{}, false, err
 	}
@@ -319,7 +314,7 @@ func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl ti
 		lease    registry.Lease
 		acquired bool
 	)
-	if r.take != nil && r.takesFirst(hk) {
+	if take {
 		// An existing row nobody held lately: the UPDATE, and the
 		// statement asked for only when it affects no row.
 		lease, acquired, err = r.takeRow(ctx, key, lk, hk, ttl)
