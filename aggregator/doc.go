@@ -199,7 +199,11 @@
 // registry.NewLocal, one statement each with a jdbc repository) and one
 // store Add (on PostgreSQL one statement, shared with the Adds that wait
 // while one is in flight: sqlstore.Config.GroupCommit); a release adds a
-// Get, a Publish and an Update. The timeout
+// Get, a Publish and an Update. With sqlstore and no Locks the group lock
+// is the row's and costs no statement of its own: a message that does not
+// complete its group is its Add alone, and on PostgreSQL a release is one
+// transaction of 4 round trips (BEGIN, a Get that locks the row, the
+// Update, COMMIT), and an Outbox adds its publisher's statements. The timeout
 // runner makes one ClaimDue per PollInterval and instance.
 // GroupTimeoutFunc adds an Update to each message that does not release
 // its group; ReleaseLockBeforeSend adds an Update to each release.

@@ -72,7 +72,7 @@ func (q *Resequencer) AddHandler(r *message.Router, handlerName, subscribeTopic 
 // ReleasePartialSequences; without it, the group may hold the whole
 // sequence), one that does not fit, a late one, a redelivery, and every
 // message with a GroupTimeoutFunc add one transaction of the store under
-// the group row's lock (BEGIN, lock, Get, the release, COMMIT). Where the
+// the group row's lock (BEGIN, a Get that locks, the release, COMMIT). Where the
 // store locks groups but does not probe (sqlstore on MySQL and SQLite),
 // every message runs in one such transaction, its Add and Get in it.
 func (q *Resequencer) Handle(msg *message.Message) (err error) {

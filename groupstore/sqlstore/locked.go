@@ -30,7 +30,12 @@ var _ groupstore.Locker = (*Store)(nil)
 // all, so fn must be safe to repeat (the handlers' steps are). Calls of
 // fn's store on other groups run in the same transaction without their
 // lock. fn's store must not be used after fn returns. Round trips: BEGIN,
-// COMMIT, and fn's statements, one more if its first call is not an Add.
+// COMMIT, and fn's statements, one more if its first call is not an Add
+// (on PostgreSQL, none more for a Get either: one statement locks the row
+// and reads the group, and reads it again only if a change committed
+// while it waited for the lock). On PostgreSQL an Update that releases
+// messages is one statement in fn, which holds the lock, so a handler's
+// release (Get, Update) is BEGIN, 2 statements and COMMIT.
 func (s *Store) Locked(ctx context.Context, key string, fn func(context.Context, groupstore.Store) error) error {
 	return s.locked(ctx, key, fn, nil)
 }
@@ -98,6 +103,19 @@ func (t *txStore) Add(ctx context.Context, key string, msg groupstore.Message, t
 }
 
 func (t *txStore) Get(ctx context.Context, key string) (groupstore.Group, error) {
+	if q := t.s.sql.lockGet; q.SQL != "" && !t.locked && key == t.key {
+		// One statement locks and reads, unless a change committed while
+		// it waited for the lock: its snapshot missed that, so read again.
+		g, locked, err := t.s.read(ctx, t.tx, q, key)
+		if err != nil && !errors.Is(err, groupstore.ErrNotFound) {
+			return g, err
+		}
+		t.locked = true // or no group: nothing to lock, as in lock
+		if err != nil || locked == g.Version {
+			return g, err
+		}
+		return t.s.get(ctx, t.tx, key)
+	}
 	if err := t.lock(ctx, key); err != nil {
 		return groupstore.Group{}, err
 	}
@@ -108,7 +126,7 @@ func (t *txStore) Update(ctx context.Context, key string, u groupstore.Update) e
 	if err := t.lock(ctx, key); err != nil {
 		return err
 	}
-	if err := t.s.update(ctx, t.tx, key, u); err != nil {
+	if err := t.s.update(ctx, t.tx, key, u, key == t.key); err != nil {
 		return t.s.wrap(ctx, "sqlstore: update "+dialect.Quote(key), err)
 	}
 	return nil
@@ -141,7 +159,7 @@ func (t txOutbox) UpdatePublish(ctx context.Context, key string, u groupstore.Up
 	if err := t.lock(ctx, key); err != nil {
 		return err
 	}
-	if err := t.ob.updatePublish(ctx, t.tx, key, u, topic, msgs); err != nil {
+	if err := t.ob.updatePublish(ctx, t.tx, key, u, key == t.key, topic, msgs); err != nil {
 		return t.s.wrap(ctx, "sqlstore: update and publish "+dialect.Quote(key), err)
 	}
 	return nil

@@ -53,16 +53,17 @@ func NewOutbox(store *Store, newPublisher func(tx *sql.Tx) (message.Publisher, e
 // transaction of the statements of Update and the publisher's. A transient
 // failure retries the whole transaction, publish included, as Update does.
 func (o *Outbox) UpdatePublish(ctx context.Context, key string, u groupstore.Update, topic string, msgs ...*message.Message) error {
-	err := o.inTx(ctx, func(tx *sql.Tx) error { return o.updatePublish(ctx, tx, key, u, topic, msgs) })
+	err := o.inTx(ctx, func(tx *sql.Tx) error { return o.updatePublish(ctx, tx, key, u, false, topic, msgs) })
 	if err != nil {
 		return o.wrap(ctx, "sqlstore: update and publish "+dialect.Quote(key), err)
 	}
 	return nil
 }
 
-// updatePublish is UpdatePublish in tx.
-func (o *Outbox) updatePublish(ctx context.Context, tx *sql.Tx, key string, u groupstore.Update, topic string, msgs []*message.Message) error {
-	if err := o.update(ctx, tx, key, u); err != nil {
+// updatePublish is UpdatePublish in tx; held as for update.
+func (o *Outbox) updatePublish(ctx context.Context, tx *sql.Tx, key string, u groupstore.Update, held bool,
+	topic string, msgs []*message.Message) error {
+	if err := o.update(ctx, tx, key, u, held); err != nil {
 		return err
 	}
 	p, err := o.newPublisher(tx)

@@ -12,12 +12,8 @@ const (
 		`AND MESSAGE_KEY = :message_key`
 	addMessage = `UPDATE {prefix}GROUP SET MESSAGE_COUNT = MESSAGE_COUNT + 1, LAST_POSITION = :position, ` +
 		`VERSION = VERSION + 1, UPDATED_DATE = {now}`
-	dueIn       = `, DUE_AT = {now+:timeout}, CLAIMED_UNTIL = NULL`
-	whereGroup  = ` WHERE GROUP_KEY = :group_key AND REGION = :region`
-	selectGroup = `SELECT g.GROUP_ID, g.COMPLETE, g.LAST_RELEASED_SEQUENCE, g.RELEASES, g.MESSAGE_COUNT, ` +
-		`g.VERSION, g.DUE_AT, g.CREATED_DATE, g.UPDATED_DATE, m.MESSAGE_ID, m.METADATA, m.PAYLOAD ` +
-		`FROM {prefix}GROUP g LEFT JOIN {prefix}GROUP_MESSAGE m ON m.GROUP_KEY = g.GROUP_KEY AND m.REGION = g.REGION ` +
-		`AND m.RELEASED = 0 WHERE g.GROUP_KEY = :group_key AND g.REGION = :region ORDER BY m.POSITION`
+	dueIn          = `, DUE_AT = {now+:timeout}, CLAIMED_UNTIL = NULL`
+	whereGroup     = ` WHERE GROUP_KEY = :group_key AND REGION = :region`
 	selectVersion  = `SELECT VERSION FROM {prefix}GROUP` + whereGroup
 	releaseAll     = `UPDATE {prefix}GROUP_MESSAGE SET RELEASED = 1, METADATA = NULL, PAYLOAD = NULL` + whereGroup + ` AND RELEASED = 0`
 	removeGroup    = `DELETE FROM {prefix}GROUP` + whereGroup
@@ -40,11 +36,19 @@ const (
 )
 
 // updateStatement is the UPDATE of the group table for an update of shape.
-func updateStatement(shape int) string {
+func updateStatement(shape int) string { return updateWith(shape, "") }
+
+// updateWith is updateStatement; with released, the WITH query (its
+// text) that released messages in the same statement: as the count reads
+// the statement's snapshot, taken before the release, it subtracts them.
+func updateWith(shape int, released string) string {
 	set := `VERSION = VERSION + 1, UPDATED_DATE = {now}`
 	if shape&shapeRelease != 0 {
 		set += `, RELEASES = RELEASES + 1, MESSAGE_COUNT = (SELECT COUNT(*) FROM {prefix}GROUP_MESSAGE m ` +
 			`WHERE m.GROUP_KEY = :group_key AND m.REGION = :region AND m.RELEASED = 0)`
+		if released != "" {
+			set += ` - (SELECT COUNT(*) FROM r)`
+		}
 	}
 	if shape&shapeComplete != 0 {
 		set += `, COMPLETE = 1`
@@ -62,7 +66,11 @@ func updateStatement(shape int) string {
 	if shape&shapeIfVersion != 0 {
 		where += ` AND VERSION = :version`
 	}
-	return `UPDATE {prefix}GROUP SET ` + set + where
+	update := `UPDATE {prefix}GROUP SET ` + set + where
+	if released != "" {
+		return `WITH r AS (` + released + ` RETURNING 1) ` + update
+	}
+	return update
 }
 
 // statements are a store's compiled statements.
@@ -74,9 +82,11 @@ type statements struct {
 	addBatch                                         [2]dialect.Query // the dialect's AddBatch (without, with probes), if any
 	lockRow                                          dialect.Query
 	selectGroup, selectVersion                       dialect.Query
+	lockGet                                          dialect.Query // the dialect's LockGet, if any
 	update                                           [shapes]dialect.Query
 	releaseAll, releaseListed                        dialect.Query
-	remove                                           [2]dialect.Query // any version, a given one
+	releaseUpdate                                    [shapes][2]dialect.Query // all, listed; where UpdateWith, for shapes that release
+	remove                                           [2]dialect.Query         // any version, a given one
 	removeMessages                                   dialect.Query
 	claimDue, selectDue, claimOne                    dialect.Query
 	sweepMessages, sweepGroups, selectFinished       dialect.Query
@@ -97,7 +107,7 @@ func compile(d *dialect.Dialect, prefix string) *statements {
 		addOne:     [2]dialect.Query{c(g.AddMessage[0]), c(g.AddMessage[1])}, lockRow: c(g.LockRow),
 		addProbe:    [2]dialect.Query{c(g.AddProbe[0]), c(g.AddProbe[1])},
 		addBatch:    [2]dialect.Query{c(g.AddBatch[0]), c(g.AddBatch[1])},
-		selectGroup: c(selectGroup), selectVersion: c(selectVersion),
+		selectGroup: c(dialect.SelectGroup), lockGet: c(g.LockGet), selectVersion: c(selectVersion),
 		releaseAll: c(releaseAll), releaseListed: c(releaseAll + ` AND MESSAGE_KEY IN {list}`),
 		remove:         [2]dialect.Query{c(removeGroup), c(removeGroup + ` AND VERSION = :version`)},
 		removeMessages: c(removeMessages),
@@ -106,6 +116,10 @@ func compile(d *dialect.Dialect, prefix string) *statements {
 	}
 	for shape := range s.update {
 		s.update[shape] = c(updateStatement(shape))
+		if g.UpdateWith && shape&shapeRelease != 0 {
+			s.releaseUpdate[shape] = [2]dialect.Query{c(updateWith(shape, releaseAll)),
+				c(updateWith(shape, releaseAll+` AND MESSAGE_KEY IN {list}`))}
+		}
 	}
 	return s
 }

@@ -30,8 +30,9 @@ import (
 // group; a complete group that does not know the message costs a second
 // one; Adds that wait while Config.GroupCommit are in flight share one), and elsewhere 5 (BEGIN, an upsert of the group, an insert of the
 // message, an update of the group, COMMIT; MySQL adds a SELECT ... FOR
-// UPDATE); Get 1 (a join); Update 1 without releases, 4 with
-// them; Remove 4; ClaimDue 1 on PostgreSQL (UPDATE ... FOR UPDATE SKIP
+// UPDATE); Get 1 (a join); Update 3 (BEGIN, the update, COMMIT), 4 with
+// releases (the release first), 3 on PostgreSQL with IfVersion, where the
+// release and the group's update are one statement; Remove 4; ClaimDue 1 on PostgreSQL (UPDATE ... FOR UPDATE SKIP
 // LOCKED ... RETURNING), and elsewhere 1 plus one conditional UPDATE per due
 // group, which only one claimer can win. Every statement is compiled once,
 // in New. Store is a [groupstore.Locker]: Locked runs several calls in one
@@ -394,15 +395,22 @@ func (s *Store) Get(ctx context.Context, key string) (groupstore.Group, error) {
 
 // get is Get on db.
 func (s *Store) get(ctx context.Context, db querier, key string) (groupstore.Group, error) {
+	g, _, err := s.read(ctx, db, s.sql.selectGroup, key)
+	return g, err
+}
+
+// read runs q, SelectGroup or LockGet, and returns the group it read and,
+// for LockGet, the VERSION of its locked row (else 0).
+func (s *Store) read(ctx context.Context, db querier, q dialect.Query, key string) (groupstore.Group, int64, error) {
 	what := "sqlstore: get " + dialect.Quote(key)
-	q := s.sql.selectGroup
 	rows, err := db.QueryContext(ctx, q.SQL, s.values(key).args(q)...)
 	if err != nil {
-		return groupstore.Group{}, s.wrap(ctx, what, err)
+		return groupstore.Group{}, 0, s.wrap(ctx, what, err)
 	}
 	defer rows.Close()
 	g := groupstore.Group{Key: key}
-	found := false
+	found, lockGet := false, q.SQL != s.sql.selectGroup.SQL
+	var locked int64
 	for rows.Next() {
 		var (
 			complete, count       int64
@@ -410,9 +418,13 @@ func (s *Store) get(ctx context.Context, db querier, key string) (groupstore.Gro
 			id, meta              sql.NullString
 			payload               []byte
 		)
-		if err := rows.Scan(&g.ID, &complete, &g.LastReleasedSequence, &g.Releases, &count, &g.Version,
-			&due, &created, &updated, &id, &meta, &payload); err != nil {
-			return groupstore.Group{}, s.wrap(ctx, what, err)
+		dest := []any{&g.ID, &complete, &g.LastReleasedSequence, &g.Releases, &count, &g.Version,
+			&due, &created, &updated, &id, &meta, &payload}
+		if lockGet {
+			dest = append(dest, &locked)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return groupstore.Group{}, 0, s.wrap(ctx, what, err)
 		}
 		if !found {
 			found = true
@@ -424,7 +436,7 @@ func (s *Store) get(ctx context.Context, db querier, key string) (groupstore.Gro
 				}
 			}
 			if err != nil {
-				return groupstore.Group{}, fmt.Errorf("%s: %w", what, err)
+				return groupstore.Group{}, 0, fmt.Errorf("%s: %w", what, err)
 			}
 		}
 		if !id.Valid {
@@ -433,16 +445,16 @@ func (s *Store) get(ctx context.Context, db querier, key string) (groupstore.Gro
 		m := groupstore.Message{UUID: id.String, Payload: payload}
 		if meta.Valid {
 			if err := json.Unmarshal([]byte(meta.String), &m.Metadata); err != nil {
-				return groupstore.Group{}, fmt.Errorf("%s: metadata of %s: %w", what, dialect.Quote(id.String), err)
+				return groupstore.Group{}, 0, fmt.Errorf("%s: metadata of %s: %w", what, dialect.Quote(id.String), err)
 			}
 		}
 		g.Messages = append(g.Messages, m)
 	}
 	if err := rows.Err(); err != nil {
-		return groupstore.Group{}, s.wrap(ctx, what, err)
+		return groupstore.Group{}, 0, s.wrap(ctx, what, err)
 	}
 	if !found {
-		return groupstore.Group{}, fmt.Errorf("%s: %w", what, groupstore.ErrNotFound)
+		return groupstore.Group{}, 0, fmt.Errorf("%s: %w", what, groupstore.ErrNotFound)
 	}
-	return g, nil
+	return g, locked, nil
 }

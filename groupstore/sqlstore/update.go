@@ -28,14 +28,19 @@ func (s *Store) missingOrConflict(ctx context.Context, tx *sql.Tx, v *values) er
 
 // Update implements [groupstore.Store.Update].
 func (s *Store) Update(ctx context.Context, key string, u groupstore.Update) error {
-	if err := s.inTx(ctx, func(tx *sql.Tx) error { return s.update(ctx, tx, key, u) }); err != nil {
+	if err := s.inTx(ctx, func(tx *sql.Tx) error { return s.update(ctx, tx, key, u, false) }); err != nil {
 		return s.wrap(ctx, "sqlstore: update "+dialect.Quote(key), err)
 	}
 	return nil
 }
 
-// update applies u to the group of key in tx.
-func (s *Store) update(ctx context.Context, tx *sql.Tx, key string, u groupstore.Update) error {
+// update applies u to the group of key in tx; held tells that tx holds
+// the group's row lock. A release is one statement where the dialect has
+// UpdateWith and nothing can change the group between the release and the
+// count of what is left: the lock is held, or a change would fail the
+// version condition. Otherwise it is two, and the count reads what
+// committed in between.
+func (s *Store) update(ctx context.Context, tx *sql.Tx, key string, u groupstore.Update, held bool) error {
 	v := s.values(key)
 	v.version, v.sequence, v.timeout = u.IfVersion, u.LastReleasedSequence, dialect.Micros(u.Timeout)
 	shape := 0
@@ -51,20 +56,30 @@ func (s *Store) update(ctx context.Context, tx *sql.Tx, key string, u groupstore
 			shape |= part.bits
 		}
 	}
+	q, list := s.sql.update[shape], []any(nil)
 	if release {
-		q, list := s.sql.releaseAll, []any(nil)
+		listed := 0
 		if !u.ReleaseAll {
-			q = s.sql.releaseListed
+			listed = 1
 			for _, id := range u.Release {
 				list = append(list, messageKeyOf(id))
 			}
 		}
-		if _, err := tx.ExecContext(ctx, q.WithList(len(list)), v.args(q, list...)...); err != nil {
-			return err
+		if s.sql.releaseUpdate[shape][0].SQL != "" && (held || u.IfVersion != 0) { // (a listed one's SQL is "")
+			q = s.sql.releaseUpdate[shape][listed]
+		} else {
+			r := [2]dialect.Query{s.sql.releaseAll, s.sql.releaseListed}[listed]
+			if _, err := tx.ExecContext(ctx, r.WithList(len(list)), v.args(r, list...)...); err != nil {
+				return err
+			}
+			list = nil
 		}
 	}
-	q := s.sql.update[shape]
-	if n, err := dialect.Count(tx.ExecContext(ctx, q.SQL, v.args(q)...)); err != nil {
+	text := q.SQL
+	if list != nil {
+		text = q.WithList(len(list))
+	}
+	if n, err := dialect.Count(tx.ExecContext(ctx, text, v.args(q, list...)...)); err != nil {
 		return err
 	} else if n == 0 {
 		return s.missingOrConflict(ctx, tx, v)

@@ -71,6 +71,19 @@ type GroupSQL struct {
 	// if there is one: a SELECT ... FOR UPDATE, or on SQLite a write that
 	// changes nothing, which takes the database's write lock.
 	LockRow string
+	// LockGet, where set (PostgreSQL), is a read of the group :group_key
+	// with its unreleased messages (the columns of the store's
+	// selectGroup, in its order) that also locks the group row for the
+	// transaction, and returns as its last column LOCKED_VERSION, the
+	// VERSION of the row's latest version. The rest reads the snapshot the
+	// statement started with, which misses a change that committed while
+	// the lock waited: where LOCKED_VERSION differs from VERSION, the
+	// caller reads the group again (every change of a group's messages
+	// changes its VERSION in the same transaction). No row: no group.
+	LockGet string
+	// UpdateWith reports data-modifying WITH clauses (PostgreSQL): an
+	// update of a group that releases messages is one statement.
+	UpdateWith bool
 	// ClaimDue claims up to :limit due groups for :lease in one statement
 	// and returns CORRELATION_KEY, GROUP_KEY, VERSION, DUE_AT of each;
 	// where it is "" the store selects due groups and claims each with a
@@ -213,6 +226,22 @@ func probeValue(k string) string {
 // probeNumber is the metadata value of key :k of o as a BIGINT, NULL if
 // absent or not a decimal number of at most 18 digits.
 func probeNumber(k string) string { return probeValue(`CAST(:` + k + ` AS TEXT)`) }
+
+// The read of a group with its unreleased messages in their order: one row
+// per message, or one with NULL message columns for a group without any.
+const (
+	groupReadColumns = `g.GROUP_ID, g.COMPLETE, g.LAST_RELEASED_SEQUENCE, g.RELEASES, g.MESSAGE_COUNT, ` +
+		`g.VERSION, g.DUE_AT, g.CREATED_DATE, g.UPDATED_DATE, m.MESSAGE_ID, m.METADATA, m.PAYLOAD`
+	groupReadJoin = `LEFT JOIN {prefix}GROUP_MESSAGE m ON m.GROUP_KEY = g.GROUP_KEY AND m.REGION = g.REGION ` +
+		`AND m.RELEASED = 0 WHERE g.GROUP_KEY = :group_key AND g.REGION = :region ORDER BY m.POSITION`
+	// SelectGroup reads the group :group_key.
+	SelectGroup = `SELECT ` + groupReadColumns + ` FROM {prefix}GROUP g ` + groupReadJoin
+)
+
+// lockGet is PostgreSQL's GroupSQL.LockGet: l locks the row and reads
+// its latest version; g and m are read in the statement's snapshot.
+const lockGet = `WITH l AS (SELECT VERSION FROM {prefix}GROUP WHERE GROUP_KEY = :group_key AND REGION = :region FOR UPDATE) ` +
+	`SELECT ` + groupReadColumns + `, l.VERSION AS LOCKED_VERSION FROM l CROSS JOIN {prefix}GROUP g ` + groupReadJoin
 
 // lockRowForUpdate is GroupSQL.LockRow where rows lock (PostgreSQL, MySQL).
 const lockRowForUpdate = `SELECT VERSION FROM {prefix}GROUP WHERE GROUP_KEY = :group_key AND REGION = :region FOR UPDATE`

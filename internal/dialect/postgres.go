@@ -151,6 +151,8 @@ var Postgres = register(&Dialect{
 		AddProbe:      [2]string{addMessageProbed(false, true), addMessageProbed(true, true)},
 		AddBatch:      [2]string{addBatch(false), addBatch(true)},
 		LockRow:       lockRowForUpdate,
+		LockGet:       lockGet,
+		UpdateWith:    true,
 		ClaimDue: `UPDATE {prefix}GROUP SET CLAIMED_UNTIL = {now+:lease} WHERE (GROUP_KEY, REGION) IN (` +
 			`SELECT GROUP_KEY, REGION FROM {prefix}GROUP WHERE REGION = :region AND ` + DueGroup +
 			` ORDER BY DUE_AT LIMIT :limit FOR UPDATE SKIP LOCKED) RETURNING CORRELATION_KEY, GROUP_KEY, VERSION, DUE_AT`,
