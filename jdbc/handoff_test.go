@@ -2,6 +2,8 @@ package jdbc_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"slices"
 	"sync"
@@ -53,10 +55,16 @@ func process(t testing.TB, db testDB, region string, l jdbc.Listener, opts ...re
 // waitQueued waits until client is in key's queue.
 func waitQueued(t testing.TB, db testDB, region, key, client string) {
 	t.Helper()
+	waitQueuedAt(t, db, region, jdbc.UUIDKey(key), client)
+}
+
+// waitQueuedAt waits until client is in the queue of LOCK_KEY lockKey.
+func waitQueuedAt(t testing.TB, db testDB, region, lockKey, client string) {
+	t.Helper()
 	for range 500 {
 		var n int
 		err := db.DB.QueryRowContext(context.Background(), db.Q(`SELECT count(*) FROM INT_LOCK_WAIT WHERE REGION = ? AND LOCK_KEY = ? AND CLIENT_ID = ?`),
-			region, jdbc.UUIDKey(key), client).Scan(&n)
+			region, lockKey, client).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +73,27 @@ func waitQueued(t testing.TB, db testDB, region, key, client string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("client %s never queued for %q", client, key)
+	t.Fatalf("client %s never queued for %q", client, lockKey)
+}
+
+// waitListening waits until a repository of region (with the default
+// prefix) listens on its channel.
+func waitListening(t testing.TB, db testDB, region string) {
+	t.Helper()
+	sum := sha256.Sum256([]byte("INT_\x00" + region))
+	listen := `LISTEN "lockreg_` + hex.EncodeToString(sum[:12]) + `"`
+	for range 500 {
+		var n int
+		err := db.DB.QueryRowContext(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE query = $1`, listen).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("nobody listens for region %q", region)
 }
 
 func TestReleaseWakesAWaiterInAnotherProcessWithoutPolling(t *testing.T) {
@@ -84,6 +112,45 @@ func TestReleaseWakesAWaiterInAnotherProcessWithoutPolling(t *testing.T) {
 		got := make(chan error, 1)
 		go func() { got <- r2.Obtain("k").LockContext(ctx) }()
 		waitQueued(t, db, region, "k", repo2.ClientID())
+		waitListening(t, db, region)
+		if err := l1.UnlockContext(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("the waiter was not woken by the release: %v", err)
+		}
+	})
+}
+
+// A notification names the key and the client it hands the lease to,
+// separated by a space; a key mapped to a LOCK_KEY with spaces of its own
+// wakes its waiter all the same.
+func TestReleaseWakesAWaiterOfAKeyWithSpacesWithoutPolling(t *testing.T) {
+	forEachPostgres(t, func(t *testing.T, db testDB, l jdbc.Listener) {
+		region := randomRegion()
+		same := jdbc.WithKeyMapping(func(key string) string { return key })
+		proc := func(opts ...registry.Option) (*registry.Registry, *jdbc.LockRepository) {
+			repo := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l), same)
+			r, err := registry.New(repo, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { r.Close(context.Background()) })
+			return r, repo
+		}
+		const key = "order 42 of acme"
+		r1, _ := proc()
+		r2, repo2 := proc(registry.WithIdleBetweenTries(time.Minute)) // only a notification wakes it in time
+		l1 := r1.Obtain(key)
+		if err := l1.LockContext(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		got := make(chan error, 1)
+		go func() { got <- r2.Obtain(key).LockContext(ctx) }()
+		waitQueuedAt(t, db, region, key, repo2.ClientID())
+		waitListening(t, db, region) // else the listener's first wake-up, when it listens, could hand over
 		if err := l1.UnlockContext(t.Context()); err != nil {
 			t.Fatal(err)
 		}

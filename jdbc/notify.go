@@ -147,16 +147,31 @@ func (e *listenerHub) run(ctx context.Context) {
 	}
 }
 
-// wake passes on an announcement: "LOCK_KEY CLIENT_ID" when a release
-// handed the lease to CLIENT_ID, which is then the only waiter to wake.
+// wake passes on an announcement: "LOCK_KEY", or "LOCK_KEY CLIENT_ID"
+// when a release handed the lease to CLIENT_ID, which is then the only
+// waiter to wake. A LOCK_KEY (WithKeyMapping) and a client id may hold
+// spaces, so every reading of the payload that names a key waited for
+// here counts: a wake-up is a hint, and a spurious one costs one try.
 func (e *listenerHub) wake(payload string) {
-	key, to, _ := strings.Cut(payload, " ")
-	if to = strings.TrimSpace(to); to != "" && to != e.clientID {
-		return
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for c := range e.subs[strings.TrimRight(key, " ")] {
+	e.wakeKey(payload)
+	for i := strings.IndexByte(payload, ' '); i >= 0; {
+		if strings.TrimSpace(payload[i+1:]) == e.clientID {
+			e.wakeKey(payload[:i])
+		}
+		j := strings.IndexByte(payload[i+1:], ' ')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+}
+
+// wakeKey wakes the waiters of lockKey (trailing blanks of a CHAR column
+// ignored); e.mu is held.
+func (e *listenerHub) wakeKey(lockKey string) {
+	for c := range e.subs[strings.TrimRight(lockKey, " ")] {
 		select {
 		case c <- struct{}{}:
 		default:
