@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/lockreg/lockreg/aggregator"
-	"github.com/lockreg/lockreg/groupstore/sqlstore"
 	"github.com/lockreg/lockreg/internal/testdb"
 )
 
@@ -12,11 +11,7 @@ import (
 // group costs its Add alone, and the one that completes it its Add and the
 // release: BEGIN, a Get that locks the group row, one Update, COMMIT.
 func TestAMessageCostsItsAddAndAReleaseFourStatementsOnPostgres(t *testing.T) {
-	db, statements := testdb.CountingPostgres(t)
-	store, err := sqlstore.New(db, sqlstore.Config{Region: testdb.RandomRegion(), DisableCleanup: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, statements := testdb.CountingStore(t)
 	a, rec := newAgg(t, aggregator.Config{Store: store})
 	for i, want := range []int64{1, 1, 5} {
 		before := statements.N()

@@ -99,27 +99,34 @@ func waitListening(t testing.TB, db testDB, region string) {
 func TestReleaseWakesAWaiterInAnotherProcessWithoutPolling(t *testing.T) {
 	forEachPostgres(t, func(t *testing.T, db testDB, l jdbc.Listener) {
 		region := randomRegion()
-		// Waiters poll only every minute: only a notification can hand the
-		// lock over before the waiter's context ends.
 		r1, _ := process(t, db, region, l)
 		r2, repo2 := process(t, db, region, l, registry.WithIdleBetweenTries(time.Minute))
-		l1 := r1.Obtain("k")
-		if err := l1.LockContext(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		defer cancel()
-		got := make(chan error, 1)
-		go func() { got <- r2.Obtain("k").LockContext(ctx) }()
-		waitQueued(t, db, region, "k", repo2.ClientID())
-		waitListening(t, db, region)
-		if err := l1.UnlockContext(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-got; err != nil {
-			t.Fatalf("the waiter was not woken by the release: %v", err)
-		}
+		handOverByNotification(t, db, region, r1, r2, "k", jdbc.UUIDKey("k"), repo2.ClientID())
 	})
+}
+
+// handOverByNotification locks key in r1, has r2, whose client is client
+// and which polls only every minute, wait for it in the queue of LOCK_KEY
+// lockKey, and releases it once r2's repository listens: only the
+// release's notification can hand the lock over before r2's context ends.
+func handOverByNotification(t *testing.T, db testDB, region string, r1, r2 *registry.Registry, key, lockKey, client string) {
+	t.Helper()
+	l1 := r1.Obtain(key)
+	if err := l1.LockContext(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() { got <- r2.Obtain(key).LockContext(ctx) }()
+	waitQueuedAt(t, db, region, lockKey, client)
+	waitListening(t, db, region) // else the listener's first wake-up, when it listens, could hand over
+	if err := l1.UnlockContext(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter was not woken by the release: %v", err)
+	}
 }
 
 // A notification names the key and the client it hands the lease to,
@@ -140,23 +147,8 @@ func TestReleaseWakesAWaiterOfAKeyWithSpacesWithoutPolling(t *testing.T) {
 		}
 		const key = "order 42 of acme"
 		r1, _ := proc()
-		r2, repo2 := proc(registry.WithIdleBetweenTries(time.Minute)) // only a notification wakes it in time
-		l1 := r1.Obtain(key)
-		if err := l1.LockContext(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		defer cancel()
-		got := make(chan error, 1)
-		go func() { got <- r2.Obtain(key).LockContext(ctx) }()
-		waitQueuedAt(t, db, region, key, repo2.ClientID())
-		waitListening(t, db, region) // else the listener's first wake-up, when it listens, could hand over
-		if err := l1.UnlockContext(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-got; err != nil {
-			t.Fatalf("the waiter was not woken by the release: %v", err)
-		}
+		r2, repo2 := proc(registry.WithIdleBetweenTries(time.Minute))
+		handOverByNotification(t, db, region, r1, r2, key, key, repo2.ClientID())
 	})
 }
 

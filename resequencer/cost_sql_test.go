@@ -3,7 +3,6 @@ package resequencer_test
 import (
 	"testing"
 
-	"github.com/lockreg/lockreg/groupstore/sqlstore"
 	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/internal/testpub"
 	"github.com/lockreg/lockreg/resequencer"
@@ -12,11 +11,7 @@ import (
 // On PostgreSQL without Config.Locks, a message that releases nothing
 // costs its Add alone: one statement, which commits on its own.
 func TestAMessageThatReleasesNothingCostsOneStatementOnPostgres(t *testing.T) {
-	db, counter := testdb.CountingPostgres(t)
-	store, err := sqlstore.New(db, sqlstore.Config{Region: testdb.RandomRegion(), DisableCleanup: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, counter := testdb.CountingStore(t)
 	rec := testpub.NewRecorder()
 	q, _ := newReseq(t, resequencer.Config{Store: store, Publisher: rec})
 	for _, seq := range []int{3, 1, 4} {

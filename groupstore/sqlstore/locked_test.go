@@ -66,9 +66,8 @@ func TestALockedGetReadsAnAddThatCommittedWhileItWaited(t *testing.T) {
 // group, is BEGIN, the Get that locks, the Update that releases and
 // COMMIT on PostgreSQL.
 func TestALockedReleaseTakesFourRoundTripsOnPostgres(t *testing.T) {
-	db, statements := testdb.CountingPostgres(t)
+	s, statements := testdb.CountingStore(t)
 	ctx := context.Background()
-	s := newStore(t, db, sqlstore.Config{DisableCleanup: true})
 	for _, id := range []string{"m0", "m1", "m2"} {
 		if _, _, err := s.Add(ctx, "k", groupstore.Message{UUID: id}, 0); err != nil {
 			t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/lockreg/lockreg/groupstore/sqlstore"
 )
 
 // Statements counts the statements a pool sends, BEGIN and COMMIT
@@ -42,4 +44,16 @@ func CountingPostgres(t testing.TB) (*sql.DB, *Statements) {
 	db := stdlib.OpenDB(*cfg)
 	t.Cleanup(func() { db.Close() })
 	return db, counter
+}
+
+// CountingStore is a message-group store on a CountingPostgres pool, in a
+// region of its own and without clean-up, with the pool's Statements.
+func CountingStore(t testing.TB) (*sqlstore.Store, *Statements) {
+	t.Helper()
+	db, counter := CountingPostgres(t)
+	store, err := sqlstore.New(db, sqlstore.Config{Region: RandomRegion(), DisableCleanup: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, counter
 }
