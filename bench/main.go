@@ -57,6 +57,9 @@ type config struct {
 	groupCommit int
 	// lockGroupCommit is jdbc.WithGroupCommit of the lockreg contestants.
 	lockGroupCommit int
+	// rounds runs each lock scenario this many times, the contestants
+	// interleaved in every round, and reports each contestant's median.
+	rounds int
 }
 
 // lockScenarios run per lock contestant; the group scenarios (groups.go)
@@ -119,6 +122,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs.IntVar(&cfg.sqliteWorkers, "sqlite-workers", 4, "aggregator, resequencer: worker goroutines of the sqlite-1 variant")
 	fs.StringVar(&cfg.groupLockKind, "group-lock", "store", "aggregator, resequencer: the SQL variants' group lock: store (the group row's, in the store's transactions: Config.Locks nil) or registry (a lease in the lock table: Config.Locks a registry)")
 	fs.IntVar(&cfg.lockGroupCommit, "lock-group-commit", 0, "lockreg contestants: jdbc.WithGroupCommit (0: the repository's default, -1: off)")
+	fs.IntVar(&cfg.rounds, "rounds", 1, "uncontended, parallel, contended, safety, cache: run each scenario this many times, every contestant once per round in turn, and report each contestant's median round by ops/s (safety: its round with the most violations; a failed round is reported)")
 	fs.IntVar(&cfg.groupCommit, "group-commit", 0, "aggregator, resequencer: sqlstore.Config.GroupCommit of the SQL variants (0: the store's default, -1: off)")
 	fs.IntVar(&cfg.groupPool, "group-pool", 0, "aggregator, resequencer: pool size (MaxOpen = MaxIdle) per PostgreSQL instance (0: its workers)")
 	fs.IntVar(&cfg.groupWindow, "group-window", 200, "aggregator, resequencer: the feed is shuffled in blocks of this many groups")
@@ -165,8 +169,8 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 		fmt.Fprintf(errOut, "bench: -synchronous-commit %q: want on, off, local, remote_write or remote_apply\n", cfg.syncCommit)
 		return cfg, errors.New("usage")
 	}
-	if cfg.instances < 2 || cfg.goroutines < 1 || cfg.cacheKeys < 1 || cfg.memWorkers < 1 || cfg.pg1Workers < 1 || cfg.pg4Workers < 1 || cfg.groupPool < 0 || cfg.groupWindow < 1 {
-		fmt.Fprintln(errOut, "bench: -instances must be ≥ 2; -goroutines, -cache-keys, -memory-workers, -pg1-workers, -pg4-workers and -group-window ≥ 1, -group-pool ≥ 0")
+	if cfg.instances < 2 || cfg.goroutines < 1 || cfg.cacheKeys < 1 || cfg.memWorkers < 1 || cfg.pg1Workers < 1 || cfg.pg4Workers < 1 || cfg.groupPool < 0 || cfg.groupWindow < 1 || cfg.rounds < 1 {
+		fmt.Fprintln(errOut, "bench: -instances must be ≥ 2; -goroutines, -cache-keys, -memory-workers, -pg1-workers, -pg4-workers, -group-window and -rounds ≥ 1, -group-pool ≥ 0")
 		return cfg, errors.New("usage")
 	}
 	return cfg, nil
@@ -207,64 +211,29 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		results = append(results, r)
 		fmt.Fprintf(os.Stderr, "bench: %-11s %-19s %s\n", r.Scenario, r.Contestant, brief(r))
 	}
-	skip := func(s string, c contestant, why error) {
-		add(result{Scenario: s, Contestant: c.name, Skipped: why.Error()})
-	}
 	for _, s := range []string{"uncontended", "parallel", "contended", "cache"} {
 		if !want(s) && !(s == "contended" && want("safety")) {
 			continue
 		}
-		for _, c := range contestants {
-			if !slices.Contains(cfg.only, c.name) {
-				continue
+		var (
+			order  []string
+			rounds = map[string][]result{} // by scenario and contestant
+		)
+		keep := func(r result) {
+			k := r.Scenario + "\x00" + r.Contestant
+			if rounds[k] == nil {
+				order = append(order, k)
 			}
-			if (s == "contended" && !c.isLock) || (s == "cache" && !c.lockreg) {
-				continue
+			rounds[k] = append(rounds[k], r)
+			if cfg.rounds > 1 {
+				fmt.Fprintf(os.Stderr, "bench: round %d/%d %-11s %-19s %s\n", len(rounds[k]), cfg.rounds, r.Scenario, r.Contestant, brief(r))
 			}
-			if err := e.unavailable(c); err != nil {
-				if s == "contended" {
-					if want("contended") {
-						skip("contended", c, err)
-					}
-					if want("safety") {
-						skip("safety", c, err)
-					}
-				} else {
-					skip(s, c, err)
-				}
-				continue
-			}
-			switch s {
-			case "uncontended":
-				r, err := uncontended(ctx, e, c, cfg)
-				if err != nil {
-					r.Skipped = "failed: " + err.Error()
-				}
-				add(r)
-			case "parallel":
-				r, err := parallel(ctx, e, c, cfg)
-				if err != nil {
-					r.Skipped = "failed: " + err.Error()
-				}
-				add(r)
-			case "contended":
-				r, sr, err := contended(ctx, e, c, cfg)
-				if err != nil {
-					r.Skipped, sr.Skipped = "failed: "+err.Error(), "failed: "+err.Error()
-				}
-				if want("contended") {
-					add(r)
-				}
-				if want("safety") {
-					add(sr)
-				}
-			case "cache":
-				r, err := cache(ctx, e, c, cfg)
-				if err != nil {
-					r.Skipped = "failed: " + err.Error()
-				}
-				add(r)
-			}
+		}
+		for range cfg.rounds {
+			lockRound(ctx, e, cfg, s, want, keep)
+		}
+		for _, k := range order {
+			add(pickRound(rounds[k]))
 		}
 	}
 

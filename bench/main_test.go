@@ -245,6 +245,9 @@ func TestFlags(t *testing.T) {
 	if _, err := parseFlags([]string{"-variants", "nope"}, io.Discard); err == nil {
 		t.Error("-variants nope accepted")
 	}
+	if _, err := parseFlags([]string{"-rounds", "0"}, io.Discard); err == nil {
+		t.Error("-rounds 0 accepted")
+	}
 	cfg, err := parseFlags([]string{"-quick"}, io.Discard)
 	if err != nil || cfg.duration != time.Second || len(cfg.only) != len(contestants) ||
 		len(cfg.scenarios) != len(allScenarios) || len(cfg.variants) != len(groupVariants) {
@@ -284,5 +287,32 @@ func TestCounterCountsCommitsByTheFirstWord(t *testing.T) {
 	}
 	if n, commits := c.n.Load(), c.commits.Load(); n != 6 || commits != 3 {
 		t.Errorf("counted %d statements, %d commits; want 6, 3", n, commits)
+	}
+}
+
+func TestARoundsContestantIsItsMedianRound(t *testing.T) {
+	round := func(ops float64) result { return result{Scenario: "uncontended", Contestant: "c", OpsPerSec: fp(ops)} }
+	if got := pickRound([]result{round(300), round(100), round(200)}); *got.OpsPerSec != 200 {
+		t.Errorf("median of 300, 100, 200 = %v", *got.OpsPerSec)
+	}
+	if got := pickRound([]result{round(400), round(100), round(300), round(200)}); *got.OpsPerSec != 200 {
+		t.Errorf("median of four = %v, want the lower middle, 200", *got.OpsPerSec)
+	}
+}
+
+func TestAFailedRoundIsReportedNotOutvoted(t *testing.T) {
+	failed := result{Scenario: "parallel", Contestant: "c", Skipped: "failed: boom"}
+	ok := result{Scenario: "parallel", Contestant: "c", OpsPerSec: fp(100)}
+	if got := pickRound([]result{ok, failed, ok}); got.Skipped != failed.Skipped {
+		t.Errorf("picked %+v, want the failed round", got)
+	}
+}
+
+func TestSafetyReportsItsRoundWithTheMostViolations(t *testing.T) {
+	v := func(n int64, ops float64) result {
+		return result{Scenario: "safety", Contestant: "c", Violations: &n, OpsPerSec: fp(ops)}
+	}
+	if got := pickRound([]result{v(0, 300), v(2, 100), v(0, 200)}); *got.Violations != 2 {
+		t.Errorf("picked %d violations, want the round with 2", *got.Violations)
 	}
 }

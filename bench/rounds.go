@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"slices"
+)
+
+// lockRound runs lock scenario s (contended also gives safety) once for
+// every contestant of cfg, in their order, and passes each result to keep.
+func lockRound(ctx context.Context, e *env, cfg config, s string, want func(string) bool, keep func(result)) {
+	for _, c := range contestants {
+		if !slices.Contains(cfg.only, c.name) {
+			continue
+		}
+		if (s == "contended" && !c.isLock) || (s == "cache" && !c.lockreg) {
+			continue
+		}
+		if err := e.unavailable(c); err != nil {
+			for _, sc := range []string{s, "safety"} {
+				if want(sc) && (sc == s || s == "contended") {
+					keep(result{Scenario: sc, Contestant: c.name, Skipped: err.Error()})
+				}
+			}
+			continue
+		}
+		var (
+			r   result
+			err error
+		)
+		switch s {
+		case "uncontended":
+			r, err = uncontended(ctx, e, c, cfg)
+		case "parallel":
+			r, err = parallel(ctx, e, c, cfg)
+		case "cache":
+			r, err = cache(ctx, e, c, cfg)
+		case "contended":
+			var sr result
+			r, sr, err = contended(ctx, e, c, cfg)
+			if err != nil {
+				r.Skipped, sr.Skipped = "failed: "+err.Error(), "failed: "+err.Error()
+			}
+			if want("contended") {
+				keep(r)
+			}
+			if want("safety") {
+				keep(sr)
+			}
+			continue
+		}
+		if err != nil {
+			r.Skipped = "failed: " + err.Error()
+		}
+		keep(r)
+	}
+}
+
+// pickRound is the result that stands for a contestant's rounds of one
+// scenario: a failed or skipped round if there is one (never hidden), for
+// safety the round with the most violations, else the median round by
+// ops/s (the lower of the middle two for an even count).
+func pickRound(rs []result) result {
+	for _, r := range rs {
+		if r.Skipped != "" {
+			return r
+		}
+	}
+	if len(rs) == 1 {
+		return rs[0]
+	}
+	rs = slices.Clone(rs)
+	if rs[0].Scenario == "safety" {
+		worst := rs[0]
+		for _, r := range rs[1:] {
+			if deref(r.Violations) > deref(worst.Violations) {
+				worst = r
+			}
+		}
+		return worst
+	}
+	slices.SortStableFunc(rs, func(a, b result) int {
+		x, y := derefF(a.OpsPerSec), derefF(b.OpsPerSec)
+		switch {
+		case x < y:
+			return -1
+		case x > y:
+			return 1
+		}
+		return 0
+	})
+	return rs[(len(rs)-1)/2]
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func derefF(p *float64) float64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
