@@ -151,11 +151,10 @@ func addMessageProbed(due, probe bool) string {
 		// A misfit: a number under unique_key that is absent, not a
 		// number or equal to :unique, or one under same_key that differs
 		// from :same (absent where :same is 0).
-		misfit := `(CAST(:unique_key AS TEXT) <> '' AND COALESCE(` + probeNumber(UniqueKey) + ` = CAST(:unique AS BIGINT), TRUE)) OR ` +
-			`(CAST(:same_key AS TEXT) <> '' AND CASE WHEN (o.METADATA::jsonb ->> CAST(:same_key AS TEXT)) IS NULL ` +
-			`THEN CAST(:same AS BIGINT) <> 0 ELSE COALESCE(` + probeNumber(SameKey) + ` <> CAST(:same AS BIGINT), TRUE) END)`
+		misfit := misfitOf(`CAST(:unique_key AS TEXT)`, `CAST(:unique AS BIGINT)`, `CAST(:same_key AS TEXT)`, `CAST(:same AS BIGINT)`)
 		fits = `, CASE WHEN g.VERSION = COALESCE((SELECT s.VERSION FROM {prefix}GROUP s WHERE s.GROUP_KEY = :group_key AND s.REGION = :region), 0) + ` + added +
-			` AND NOT EXISTS (SELECT 1 FROM {prefix}GROUP_MESSAGE o WHERE o.GROUP_KEY = :group_key AND o.REGION = :region ` +
+			` AND NOT EXISTS (SELECT 1 FROM {prefix}GROUP_MESSAGE o ` + probed(`CAST(:unique_key AS TEXT)`, `CAST(:same_key AS TEXT)`) +
+			` WHERE o.GROUP_KEY = :group_key AND o.REGION = :region ` +
 			`AND o.RELEASED = 0 AND o.MESSAGE_KEY <> :message_key AND (` + misfit + `)) THEN 1 ELSE 0 END AS FITS`
 	}
 	return `WITH l AS (SELECT COMPLETE, LAST_POSITION FROM {prefix}GROUP WHERE GROUP_KEY = :group_key AND REGION = :region FOR UPDATE), ` +
@@ -186,11 +185,10 @@ func addBatch(probe bool) string {
 	fits := ""
 	if probe {
 		cols += probeCols
-		misfit := `(a.unique_key <> '' AND COALESCE(` + probeValue(`a.unique_key`) + ` = a."unique", TRUE)) OR ` +
-			`(a.same_key <> '' AND CASE WHEN (o.METADATA::jsonb ->> a.same_key) IS NULL ` +
-			`THEN a.same <> 0 ELSE COALESCE(` + probeValue(`a.same_key`) + ` <> a.same, TRUE) END)`
+		misfit := misfitOf(`a.unique_key`, `a."unique"`, `a.same_key`, `a.same`)
 		fits = `, CASE WHEN g.VERSION = COALESCE((SELECT s.VERSION FROM {prefix}GROUP s WHERE s.GROUP_KEY = a.group_key AND s.REGION = :region), 0) + a.added` +
-			` AND NOT EXISTS (SELECT 1 FROM {prefix}GROUP_MESSAGE o WHERE o.GROUP_KEY = a.group_key AND o.REGION = :region ` +
+			` AND NOT EXISTS (SELECT 1 FROM {prefix}GROUP_MESSAGE o ` + probed(`a.unique_key`, `a.same_key`) +
+			` WHERE o.GROUP_KEY = a.group_key AND o.REGION = :region ` +
 			`AND o.RELEASED = 0 AND o.MESSAGE_KEY <> a.message_key AND (` + misfit + `)) THEN 1 ELSE 0 END AS FITS`
 	}
 	due := `CASE WHEN due THEN {now} + timeout * INTERVAL '1 microsecond' END`
@@ -216,16 +214,31 @@ func addBatch(probe bool) string {
 		` FROM a JOIN g ON g.GROUP_KEY = a.group_key ORDER BY a.n`
 }
 
-// probeValue is the metadata value under the key expression k of o as a
-// BIGINT, NULL if absent or not a decimal number of at most 18 digits.
-func probeValue(k string) string {
-	return `(CASE WHEN (o.METADATA::jsonb ->> ` + k + `) ~ '^[+]?[0-9]{1,18}$' ` +
-		`THEN (o.METADATA::jsonb ->> ` + k + `)::bigint END)`
+// probed joins each message o of a probe with v, its metadata values under
+// the key expressions uniqueKey (v.u) and sameKey (v.s). The metadata is
+// parsed once per message: OFFSET 0 keeps the planner from copying the
+// cast into each use (up to five parses a message; a probe of 100 000
+// rows in psql took 2.6 times as long that way).
+func probed(uniqueKey, sameKey string) string {
+	return `CROSS JOIN LATERAL (SELECT x.j ->> ` + uniqueKey + ` AS u, x.j ->> ` + sameKey + ` AS s ` +
+		`FROM (SELECT CAST(o.METADATA AS JSONB) AS j OFFSET 0) x) v`
 }
 
-// probeNumber is the metadata value of key :k of o as a BIGINT, NULL if
-// absent or not a decimal number of at most 18 digits.
-func probeNumber(k string) string { return probeValue(`CAST(:` + k + ` AS TEXT)`) }
+// misfitOf is the condition on v (see probed) of a message that does not
+// fit a probe: a number under uniqueKey that is absent, not a number or
+// equal to unique, or one under sameKey that differs from same (absent
+// where same is 0). Empty keys probe nothing.
+func misfitOf(uniqueKey, unique, sameKey, same string) string {
+	return `(` + uniqueKey + ` <> '' AND COALESCE(` + probeNumber(`v.u`) + ` = ` + unique + `, TRUE)) OR ` +
+		`(` + sameKey + ` <> '' AND CASE WHEN v.s IS NULL THEN ` + same + ` <> 0 ` +
+		`ELSE COALESCE(` + probeNumber(`v.s`) + ` <> ` + same + `, TRUE) END)`
+}
+
+// probeNumber is the text expression x as a BIGINT, NULL if it is not a
+// decimal number of at most 18 digits (so that no cast can fail).
+func probeNumber(x string) string {
+	return `(CASE WHEN ` + x + ` ~ '^[+]?[0-9]{1,18}$' THEN CAST(` + x + ` AS BIGINT) END)`
+}
 
 // The read of a group with its unreleased messages in their order: one row
 // per message, or one with NULL message columns for a group without any.
