@@ -72,8 +72,8 @@ type GroupSQL struct {
 	// changes nothing, which takes the database's write lock.
 	LockRow string
 	// LockGet, where set (PostgreSQL), is a read of the group :group_key
-	// with its unreleased messages (the columns of the store's
-	// selectGroup, in its order) that also locks the group row for the
+	// with its unreleased messages (SelectGroup's columns, in its order)
+	// that also locks the group row for the
 	// transaction, and returns as its last column LOCKED_VERSION, the
 	// VERSION of the row's latest version. The rest reads the snapshot the
 	// statement started with, which misses a change that committed while
@@ -148,9 +148,6 @@ func addMessageProbed(due, probe bool) string {
 	}
 	fits := ""
 	if probe {
-		// A misfit: a number under unique_key that is absent, not a
-		// number or equal to :unique, or one under same_key that differs
-		// from :same (absent where :same is 0).
 		misfit := misfitOf(`CAST(:unique_key AS TEXT)`, `CAST(:unique AS BIGINT)`, `CAST(:same_key AS TEXT)`, `CAST(:same AS BIGINT)`)
 		fits = `, CASE WHEN g.VERSION = COALESCE((SELECT s.VERSION FROM {prefix}GROUP s WHERE s.GROUP_KEY = :group_key AND s.REGION = :region), 0) + ` + added +
 			` AND NOT EXISTS (SELECT 1 FROM {prefix}GROUP_MESSAGE o ` + probed(`CAST(:unique_key AS TEXT)`, `CAST(:same_key AS TEXT)`) +
