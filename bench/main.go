@@ -122,7 +122,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs.IntVar(&cfg.sqliteWorkers, "sqlite-workers", 4, "aggregator, resequencer: worker goroutines of the sqlite-1 variant")
 	fs.StringVar(&cfg.groupLockKind, "group-lock", "store", "aggregator, resequencer: the SQL variants' group lock: store (the group row's, in the store's transactions: Config.Locks nil) or registry (a lease in the lock table: Config.Locks a registry)")
 	fs.IntVar(&cfg.lockGroupCommit, "lock-group-commit", 0, "lockreg contestants: jdbc.WithGroupCommit (0: the repository's default, -1: off)")
-	fs.IntVar(&cfg.rounds, "rounds", 1, "uncontended, parallel, contended, safety, cache: run each scenario this many times, every contestant once per round in turn, and report each contestant's median round by ops/s (safety: its round with the most violations; a failed round is reported)")
+	fs.IntVar(&cfg.rounds, "rounds", 1, "lock scenarios, aggregator, resequencer: run each scenario this many times, every contestant (variant) once per round in turn, and report each one's median round by ops/s (a failed round, else the round with the most violations, if any has some, is reported instead)")
 	fs.IntVar(&cfg.groupCommit, "group-commit", 0, "aggregator, resequencer: sqlstore.Config.GroupCommit of the SQL variants (0: the store's default, -1: off)")
 	fs.IntVar(&cfg.groupPool, "group-pool", 0, "aggregator, resequencer: pool size (MaxOpen = MaxIdle) per PostgreSQL instance (0: its workers)")
 	fs.IntVar(&cfg.groupWindow, "group-window", 200, "aggregator, resequencer: the feed is shuffled in blocks of this many groups")
@@ -211,46 +211,55 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		results = append(results, r)
 		fmt.Fprintf(os.Stderr, "bench: %-11s %-19s %s\n", r.Scenario, r.Contestant, brief(r))
 	}
+	// keep collects the rounds of each scenario and contestant (or variant);
+	// flush reports each one's pick (pickRound).
+	var (
+		order  []string
+		rounds = map[string][]result{} // by scenario and contestant
+	)
+	keep := func(r result) {
+		k := r.Scenario + "\x00" + r.Contestant
+		if rounds[k] == nil {
+			order = append(order, k)
+		}
+		rounds[k] = append(rounds[k], r)
+		if cfg.rounds > 1 {
+			fmt.Fprintf(os.Stderr, "bench: round %d/%d %-11s %-19s %s\n", len(rounds[k]), cfg.rounds, r.Scenario, r.Contestant, brief(r))
+		}
+	}
+	flush := func() {
+		for _, k := range order {
+			add(pickRound(rounds[k]))
+		}
+		order, rounds = nil, map[string][]result{}
+	}
 	for _, s := range []string{"uncontended", "parallel", "contended", "cache"} {
 		if !want(s) && !(s == "contended" && want("safety")) {
 			continue
 		}
-		var (
-			order  []string
-			rounds = map[string][]result{} // by scenario and contestant
-		)
-		keep := func(r result) {
-			k := r.Scenario + "\x00" + r.Contestant
-			if rounds[k] == nil {
-				order = append(order, k)
-			}
-			rounds[k] = append(rounds[k], r)
-			if cfg.rounds > 1 {
-				fmt.Fprintf(os.Stderr, "bench: round %d/%d %-11s %-19s %s\n", len(rounds[k]), cfg.rounds, r.Scenario, r.Contestant, brief(r))
-			}
-		}
 		for range cfg.rounds {
 			lockRound(ctx, e, cfg, s, want, keep)
 		}
-		for _, k := range order {
-			add(pickRound(rounds[k]))
-		}
+		flush()
 	}
 
 	for _, s := range groupScenarios {
 		if !want(s) {
 			continue
 		}
-		for _, v := range groupVariants {
-			if !slices.Contains(cfg.variants, v.name) {
-				continue
+		for range cfg.rounds {
+			for _, v := range groupVariants {
+				if !slices.Contains(cfg.variants, v.name) {
+					continue
+				}
+				r, err := groupRun(ctx, e, s, v, cfg)
+				if err != nil {
+					r.Skipped = "failed: " + err.Error()
+				}
+				keep(r)
 			}
-			r, err := groupRun(ctx, e, s, v, cfg)
-			if err != nil {
-				r.Skipped = "failed: " + err.Error()
-			}
-			add(r)
 		}
+		flush()
 	}
 
 	if want(perKeyScenario) {

@@ -316,3 +316,15 @@ func TestSafetyReportsItsRoundWithTheMostViolations(t *testing.T) {
 		t.Errorf("picked %d violations, want the round with 2", *got.Violations)
 	}
 }
+
+func TestARoundWithViolationsIsReportedNotOutvoted(t *testing.T) {
+	v := func(n int64, ops float64) result {
+		return result{Scenario: "aggregator", Contestant: "postgres-4", Violations: &n, OpsPerSec: fp(ops)}
+	}
+	if got := pickRound([]result{v(0, 300), v(1, 100), v(0, 200)}); *got.Violations != 1 {
+		t.Errorf("picked %d violations, want the round with 1", *got.Violations)
+	}
+	if got := pickRound([]result{v(0, 300), v(0, 100), v(0, 200)}); *got.OpsPerSec != 200 {
+		t.Errorf("without violations picked %v ops/s, want the median, 200", *got.OpsPerSec)
+	}
+}

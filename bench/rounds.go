@@ -55,10 +55,11 @@ func lockRound(ctx context.Context, e *env, cfg config, s string, want func(stri
 	}
 }
 
-// pickRound is the result that stands for a contestant's rounds of one
-// scenario: a failed or skipped round if there is one (never hidden), for
-// safety the round with the most violations, else the median round by
-// ops/s (the lower of the middle two for an even count).
+// pickRound is the result that stands for a contestant's (or variant's)
+// rounds of one scenario: a failed or skipped round if there is one, else
+// the round with the most violations if any has some (neither is ever
+// hidden), for safety that worst round, else the median round by ops/s
+// (the lower of the middle two for an even count).
 func pickRound(rs []result) result {
 	for _, r := range rs {
 		if r.Skipped != "" {
@@ -69,13 +70,13 @@ func pickRound(rs []result) result {
 		return rs[0]
 	}
 	rs = slices.Clone(rs)
-	if rs[0].Scenario == "safety" {
-		worst := rs[0]
-		for _, r := range rs[1:] {
-			if deref(r.Violations) > deref(worst.Violations) {
-				worst = r
-			}
+	worst := rs[0]
+	for _, r := range rs[1:] {
+		if deref(r.Violations) > deref(worst.Violations) {
+			worst = r
 		}
+	}
+	if deref(worst.Violations) > 0 || worst.Scenario == "safety" {
 		return worst
 	}
 	slices.SortStableFunc(rs, func(a, b result) int {
