@@ -106,7 +106,7 @@ func (t *txStore) Get(ctx context.Context, key string) (groupstore.Group, error)
 	if q := t.s.sql.lockGet; q.SQL != "" && !t.locked && key == t.key {
 		// One statement locks and reads, unless a change committed while
 		// it waited for the lock: its snapshot missed that, so read again.
-		g, locked, err := t.s.read(ctx, t.tx, q, key)
+		g, locked, err := t.s.read(ctx, t.tx, q, true, key)
 		if err != nil && !errors.Is(err, groupstore.ErrNotFound) {
 			return g, err
 		}

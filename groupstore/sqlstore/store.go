@@ -395,13 +395,13 @@ func (s *Store) Get(ctx context.Context, key string) (groupstore.Group, error) {
 
 // get is Get on db.
 func (s *Store) get(ctx context.Context, db querier, key string) (groupstore.Group, error) {
-	g, _, err := s.read(ctx, db, s.sql.selectGroup, key)
+	g, _, err := s.read(ctx, db, s.sql.selectGroup, false, key)
 	return g, err
 }
 
-// read runs q, SelectGroup or LockGet, and returns the group it read and,
-// for LockGet, the VERSION of its locked row (else 0).
-func (s *Store) read(ctx context.Context, db querier, q dialect.Query, key string) (groupstore.Group, int64, error) {
+// read runs q, SelectGroup or (lockGet) LockGet, and returns the group it
+// read and, for LockGet, the VERSION of its locked row (else 0).
+func (s *Store) read(ctx context.Context, db querier, q dialect.Query, lockGet bool, key string) (groupstore.Group, int64, error) {
 	what := "sqlstore: get " + dialect.Quote(key)
 	rows, err := db.QueryContext(ctx, q.SQL, s.values(key).args(q)...)
 	if err != nil {
@@ -409,7 +409,7 @@ func (s *Store) read(ctx context.Context, db querier, q dialect.Query, key strin
 	}
 	defer rows.Close()
 	g := groupstore.Group{Key: key}
-	found, lockGet := false, q.SQL != s.sql.selectGroup.SQL
+	found := false
 	var locked int64
 	for rows.Next() {
 		var (
