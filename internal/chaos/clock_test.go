@@ -5,7 +5,6 @@ package chaos
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -18,8 +17,8 @@ import (
 
 // Leases are judged by the database's clock alone. A registry whose
 // process clock is decades off (it runs in a testing/synctest bubble,
-// whose clock starts at 2000-01-01 00:00 UTC and moves only when the
-// bubble idles) excludes, and is excluded by, registries on the real clock
+// whose clock starts at 2000-01-01 00:00 UTC, moves only when the bubble
+// idles and, paced, no faster than the real one) excludes, and is excluded by, registries on the real clock
 // exactly as an in-sync one: no fenced increment is lost or refused, its
 // lease's expiry is the database's now plus the TTL, and a client on the
 // real clock takes the key once that passes, never before.
@@ -70,7 +69,10 @@ func TestAProcessClockFarFromTheDatabasesChangesNothing(t *testing.T) {
 
 			var skewedYear int
 			var held testdb.Lease
+			realTime := time.NewTicker(time.Millisecond)
+			defer realTime.Stop()
 			synctest.Test(t, func(t *testing.T) {
+				defer paceWithRealTime(realTime.C)()
 				// A context of the bubble's own: selecting on a channel made
 				// outside would keep the bubble's clock from moving. The go
 				// test timeout bounds the wait instead.
@@ -97,7 +99,7 @@ func TestAProcessClockFarFromTheDatabasesChangesNothing(t *testing.T) {
 				var inner sync.WaitGroup
 				for g := range 2 {
 					inner.Go(func() {
-						if err := fencedIncrementsRetryingBusy(ctx, skewed, pool, run, key, iterations); err != nil {
+						if err := fencedIncrements(ctx, skewed, pool, run, key, iterations); err != nil {
 							t.Errorf("skewed worker %d: %v", g, err)
 						}
 					})
@@ -140,39 +142,30 @@ func TestAProcessClockFarFromTheDatabasesChangesNothing(t *testing.T) {
 	}
 }
 
-// fencedIncrementsRetryingBusy is fencedIncrements for a bubble: there
-// SQLite's busy_timeout is measured on the bubble's clock, which jumps
-// ahead whenever every goroutine of the bubble waits, so a write that
-// meets a writer outside the bubble gives up with SQLITE_BUSY at once
-// instead of waiting for it. The registry retries SQLITE_BUSY itself; the
-// test's own counter write is retried here, which is safe because
-// incrementFenced recognises a write of this hold that committed before.
-func fencedIncrementsRetryingBusy(ctx context.Context, reg *registry.Registry, b testdb.Backend, run, key string, n int) error {
-	for range n {
-		l := reg.Obtain(key)
-		if err := l.LockContext(ctx); err != nil {
-			return err
+// paceWithRealTime keeps a bubble's clock from running ahead of the real
+// one, and returns the function that stops it; call it in the bubble.
+// A bubble's clock jumps to the next timer whenever all its goroutines
+// wait, so a goroutine that waits for a writer outside the bubble (SQLite's
+// busy handler sleeps between its probes) would otherwise see its whole
+// busy_timeout, and its lease's TTL, pass in no real time and give up on a
+// lease the database still grants. The pacer waits for a real tick (a
+// channel made outside, so not a wait that lets the clock move) before
+// each millisecond it lets pass: the bubble's clock advances at most a
+// millisecond per real millisecond, and never while its goroutines work.
+func paceWithRealTime(realTick <-chan time.Time) (stop func()) {
+	done := make(chan struct{})
+	var pacer sync.WaitGroup
+	pacer.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-realTick:
+			}
+			time.Sleep(time.Millisecond)
 		}
-		err := incrementFenced(ctx, b, run, key, l.Token())
-		for isSQLiteBusy(err) {
-			time.Sleep(time.Millisecond) // the bubble's clock: lets the bubble idle so time moves
-			err = incrementFenced(ctx, b, run, key, l.Token())
-		}
-		if uerr := l.UnlockContext(ctx); err == nil {
-			err = uerr
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// isSQLiteBusy reports whether err is SQLite's SQLITE_BUSY (primary or
-// extended code 5).
-func isSQLiteBusy(err error) bool {
-	var c interface{ Code() int }
-	return errors.As(err, &c) && c.Code()&0xff == 5
+	})
+	return func() { close(done); pacer.Wait() }
 }
 
 // fencedIncrements takes key's lock n times, each time incrementing its
