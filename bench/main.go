@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"time"
@@ -40,6 +41,7 @@ type config struct {
 	ownPostgres int
 	syncCommit  string // synchronous_commit of the benchmark database; "" = the server's
 	cpuProfile  string // write a CPU profile of the whole run here
+	traceFile   string // write an execution trace of the whole run here
 
 	// The aggregator and resequencer scenarios.
 	variants    []string
@@ -88,8 +90,20 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if cfg.traceFile != "" {
+		f, err := os.Create(cfg.traceFile)
+		if err == nil {
+			err = trace.Start(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -trace:", err)
+			os.Exit(2)
+		}
+		defer trace.Stop()
+	}
 	if err := run(context.Background(), cfg, os.Stdout); err != nil {
 		pprof.StopCPUProfile()
+		trace.Stop()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -114,6 +128,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs.BoolVar(&cfg.verbose, "v", false, "log every contestant error")
 	fs.IntVar(&cfg.ownPostgres, "own-postgres", 0, "start a PostgreSQL of the benchmark's own on this `port` (initdb from /usr/lib/postgresql/*/bin into a temporary directory, shared_preload_libraries=pg_stat_statements), instead of LOCKREG_POSTGRES_DSN's; removed at the end")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
+	fs.StringVar(&cfg.traceFile, "trace", "", "write an execution trace of the whole run to `FILE` (go tool trace; its -pprof=net|sync|syscall|sched give where goroutines waited)")
 	fs.StringVar(&cfg.syncCommit, "synchronous-commit", "", "synchronous_commit of the benchmark's PostgreSQL database (ALTER DATABASE): on, off, local... (default: the server's)")
 	variants := fs.String("variants", "", "aggregator, resequencer: comma-separated variants (default all): "+strings.Join(variantNames(), ","))
 	fs.IntVar(&cfg.memWorkers, "memory-workers", 8, "aggregator, resequencer: worker goroutines of the memory variant")
