@@ -80,25 +80,11 @@ func main() {
 		os.Exit(2)
 	}
 	if cfg.cpuProfile != "" {
-		f, err := os.Create(cfg.cpuProfile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench: -cpuprofile:", err)
-			os.Exit(2)
-		}
+		startRecording("cpuprofile", cfg.cpuProfile, pprof.StartCPUProfile)
 		defer pprof.StopCPUProfile()
 	}
 	if cfg.traceFile != "" {
-		f, err := os.Create(cfg.traceFile)
-		if err == nil {
-			err = trace.Start(f)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench: -trace:", err)
-			os.Exit(2)
-		}
+		startRecording("trace", cfg.traceFile, trace.Start)
 		defer trace.Stop()
 	}
 	if err := run(context.Background(), cfg, os.Stdout); err != nil {
@@ -106,6 +92,19 @@ func main() {
 		trace.Stop()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
+	}
+}
+
+// startRecording creates file and starts recording into it with start (a
+// CPU profile, a trace), or exits naming the flag.
+func startRecording(flagName, file string, start func(io.Writer) error) {
+	f, err := os.Create(file)
+	if err == nil {
+		err = start(f)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: -%s: %v\n", flagName, err)
+		os.Exit(2)
 	}
 }
 
