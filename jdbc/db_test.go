@@ -59,6 +59,17 @@ func newRepo(t testing.TB, db testDB, opts ...jdbc.Option) *jdbc.LockRepository 
 	return newRepoOn(t, db.DB, opts...)
 }
 
+// longPlacesRepo is a repository of region with listener l whose waiters
+// keep their places in the queue for an hour, for tests that call
+// AcquireOrWait and then check what a release does with the place: a place
+// lasts WithQueueTTL (default a second) from the start of its queue
+// statement, and on a loaded machine a place that lapsed before the release
+// is rightly passed over.
+func longPlacesRepo(t testing.TB, db testDB, region string, l jdbc.Listener) *jdbc.LockRepository {
+	t.Helper()
+	return newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l), jdbc.WithQueueTTL(time.Hour))
+}
+
 // newRepoOn is newRepo on any jdbc.DB.
 func newRepoOn(t testing.TB, db jdbc.DB, opts ...jdbc.Option) *jdbc.LockRepository {
 	t.Helper()

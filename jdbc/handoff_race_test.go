@@ -102,8 +102,8 @@ func raceReleaseWithQueueing(t *testing.T, db testDB, region string, waiter *jdb
 func TestAReleaseOfALeaseTakenDirectlyHandsItToAWaiterWhoseQueueStatementWasInFlight(t *testing.T) {
 	forEachPostgres(t, func(t *testing.T, db testDB, l jdbc.Listener) {
 		region := randomRegion()
-		holder := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l))
-		waiter := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l))
+		holder := longPlacesRepo(t, db, region, l)
+		waiter := longPlacesRepo(t, db, region, l)
 		mustAcquire(t, holder, "k", longTTL)
 		took, err := raceReleaseWithQueueing(t, db, region, waiter, func() error { return holder.Release(context.Background(), "k") })
 		if err != nil {
@@ -124,9 +124,9 @@ func TestAReleaseOfAHandedLeaseWakesAWaiterWhoseQueueStatementWasInFlight(t *tes
 	forEachPostgres(t, func(t *testing.T, db testDB, l jdbc.Listener) {
 		region := randomRegion()
 		ctx := t.Context()
-		first := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l))
-		holder := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l))
-		waiter := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l))
+		first := longPlacesRepo(t, db, region, l)
+		holder := longPlacesRepo(t, db, region, l)
+		waiter := longPlacesRepo(t, db, region, l)
 		// The holder's lease is handed over, so its release goes straight
 		// to the hand-off statement.
 		mustAcquire(t, first, "k", longTTL)
@@ -182,9 +182,9 @@ func TestTheWaitersFlagStaysWhileWaitersRemainAndClearsWithTheLastHandOff(t *tes
 	forEachPostgres(t, func(t *testing.T, db testDB, l jdbc.Listener) {
 		region := randomRegion()
 		ctx := t.Context()
-		holder := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l))
-		w1 := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l))
-		w2 := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l))
+		holder := longPlacesRepo(t, db, region, l)
+		w1 := longPlacesRepo(t, db, region, l)
+		w2 := longPlacesRepo(t, db, region, l)
 		mustAcquire(t, holder, "k", longTTL)
 		if set, _ := queuedUntil(t, db, region, "k"); set {
 			t.Fatal("the flag is set before anybody waited")
@@ -227,8 +227,8 @@ func TestALeaveWhileAReleaseHandsTheLeaseOverGivesItBack(t *testing.T) {
 	forEachPostgres(t, func(t *testing.T, db testDB, l jdbc.Listener) {
 		region := randomRegion()
 		ctx := t.Context()
-		holder := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l))
-		waiter := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l))
+		holder := longPlacesRepo(t, db, region, l)
+		waiter := longPlacesRepo(t, db, region, l)
 		mustAcquire(t, holder, "k", longTTL)
 		if _, ok, err := waiter.AcquireOrWait(ctx, "k", longTTL); err != nil || ok {
 			t.Fatalf("AcquireOrWait of the held lease = %v, %v; want false, nil (queued)", ok, err)

@@ -419,8 +419,8 @@ func TestDoneClosesWhenTheRowIsExpiredByHand(t *testing.T) {
 func TestAReleaseOfALeaseTakenDirectlyHandsItToAQueuedWaiter(t *testing.T) {
 	forEachPostgres(t, func(t *testing.T, db testDB, l jdbc.Listener) {
 		region := randomRegion()
-		holder := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l))
-		waiter := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l))
+		holder := longPlacesRepo(t, db, region, l)
+		waiter := longPlacesRepo(t, db, region, l)
 		ctx := t.Context()
 		if _, ok, err := holder.Acquire(ctx, "k", longTTL); err != nil || !ok {
 			t.Fatalf("Acquire = %v, %v", ok, err)
