@@ -67,7 +67,7 @@ func newRepo(t testing.TB, db testDB, opts ...jdbc.Option) *jdbc.LockRepository 
 // is rightly passed over.
 func longPlacesRepo(t testing.TB, db testDB, region string, l jdbc.Listener) *jdbc.LockRepository {
 	t.Helper()
-	return newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l), jdbc.WithQueueTTL(time.Hour))
+	return newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l), jdbc.WithQueueTTL(longTTL))
 }
 
 // newRepoOn is newRepo on any jdbc.DB.
