@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"testing"
@@ -252,6 +253,21 @@ func TestFlags(t *testing.T) {
 	if err != nil || cfg.duration != time.Second || len(cfg.only) != len(contestants) ||
 		len(cfg.scenarios) != len(allScenarios) || len(cfg.variants) != len(groupVariants) {
 		t.Errorf("-quick: %+v, %v", cfg, err)
+	}
+}
+
+// -trace names the file the run's execution trace goes to, and recording
+// into it writes a trace there.
+func TestTraceFlagRecordsATrace(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "run.trace")
+	cfg, err := parseFlags([]string{"-trace", file}, io.Discard)
+	if err != nil || cfg.traceFile != file {
+		t.Fatalf("-trace %s: traceFile %q, %v", file, cfg.traceFile, err)
+	}
+	startRecording("trace", cfg.traceFile, trace.Start)
+	trace.Stop()
+	if fi, err := os.Stat(file); err != nil || fi.Size() == 0 {
+		t.Fatalf("the trace file after recording: %v, %v", fi, err)
 	}
 }
 
