@@ -2,11 +2,13 @@ package sqlstore_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 
+	"github.com/lockreg/lockreg/groupstore"
 	"github.com/lockreg/lockreg/groupstore/sqlstore"
 	"github.com/lockreg/lockreg/internal/testdb"
 )
@@ -57,5 +59,60 @@ func TestAGroupIsReadByItsPrimaryKeyInANewRegion(t *testing.T) {
 	}
 	if got := strings.Join(plan, "\n"); !strings.Contains(got, strings.ToLower(prefix)+"group_pk") {
 		t.Errorf("the look-up of one group does not use the primary key:\n%s", got)
+	}
+}
+
+// PostgreSQL plans a prepared statement for its parameters' values five
+// times, then keeps a generic plan unless that looks dearer than the
+// custom ones. A release read its group's messages by the key's value, and
+// for a key outside the column's most common values (most keys, once a
+// few large groups are among them) the custom plan looked cheaper, so
+// every release was planned again, which took as long as running it. The
+// release must get the generic plan.
+func TestAReleaseIsNotPlannedAgainAtEveryCall(t *testing.T) {
+	db, _ := testdb.CountingPostgres(t)
+	db.SetMaxOpenConns(1) // one connection: its prepared statements are the store's
+	ctx := context.Background()
+	prefix := "SP" + strings.ToUpper(strings.ReplaceAll(uuid.NewString(), "-", "")[:12]) + "_"
+	t.Cleanup(func() {
+		for _, s := range []string{"GROUP_MESSAGE", "GROUP"} {
+			db.ExecContext(ctx, `DROP TABLE IF EXISTS `+prefix+s)
+		}
+	})
+	cfg := sqlstore.Config{Prefix: prefix, Region: "r", DisableCleanup: true}
+	if err := sqlstore.CreateSchema(ctx, db, cfg); err != nil {
+		t.Fatal(err)
+	}
+	// 100 groups of 200 messages and 5 000 of one: statistics whose most
+	// common keys are the large groups.
+	if _, err := db.ExecContext(ctx, `INSERT INTO `+prefix+`GROUP_MESSAGE (GROUP_KEY, REGION, MESSAGE_KEY, MESSAGE_ID, `+
+		`POSITION, RELEASED, CREATED_DATE) SELECT lpad((CASE WHEN i <= 20000 THEN i % 100 ELSE i END)::text, 36, '0'), 'r', `+
+		`lpad(i::text, 36, '0'), i::text, 1, 0, now() FROM generate_series(1, 25000) i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE `+prefix+`GROUP_MESSAGE`); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, db, cfg)
+	for i := range 8 {
+		key := "g" + strconv.Itoa(i)
+		if _, _, err := s.Add(ctx, key, groupstore.Message{UUID: "m"}, 0); err != nil {
+			t.Fatal(err)
+		}
+		err := s.Locked(ctx, key, func(ctx context.Context, tx groupstore.Store) error {
+			return tx.Update(ctx, key, groupstore.Update{ReleaseAll: true, Complete: true})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var generic, custom int64
+	err := db.QueryRowContext(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements `+
+		`WHERE statement LIKE 'WITH r AS (UPDATE %'`).Scan(&generic, &custom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if generic == 0 {
+		t.Errorf("the release was planned for its values at each of %d calls, never generically", custom)
 	}
 }

@@ -12,10 +12,17 @@ const (
 		`AND MESSAGE_KEY = :message_key`
 	addMessage = `UPDATE {prefix}GROUP SET MESSAGE_COUNT = MESSAGE_COUNT + 1, LAST_POSITION = :position, ` +
 		`VERSION = VERSION + 1, UPDATED_DATE = {now}`
-	dueIn          = `, DUE_AT = {now+:timeout}, CLAIMED_UNTIL = NULL`
-	whereGroup     = ` WHERE GROUP_KEY = :group_key AND REGION = :region`
-	selectVersion  = `SELECT VERSION FROM {prefix}GROUP` + whereGroup
-	releaseAll     = `UPDATE {prefix}GROUP_MESSAGE SET RELEASED = 1, METADATA = NULL, PAYLOAD = NULL` + whereGroup + ` AND RELEASED = 0`
+	dueIn         = `, DUE_AT = {now+:timeout}, CLAIMED_UNTIL = NULL`
+	whereGroup    = ` WHERE GROUP_KEY = :group_key AND REGION = :region`
+	selectVersion = `SELECT VERSION FROM {prefix}GROUP` + whereGroup
+	releaseAll    = `UPDATE {prefix}GROUP_MESSAGE SET RELEASED = 1, METADATA = NULL, PAYLOAD = NULL` + whereGroup + ` AND RELEASED = 0`
+	// keyUnseen is :group_key as PostgreSQL's planner cannot see it (an
+	// uncommon key looks cheaper than the average, so a release was planned
+	// anew at every call instead of taking the cached generic plan), in the
+	// conditions on the message table of PostgreSQL's release (UpdateWith).
+	keyUnseen   = `(SELECT CAST(:group_key AS CHAR(36)))`
+	releaseWith = `UPDATE {prefix}GROUP_MESSAGE SET RELEASED = 1, METADATA = NULL, PAYLOAD = NULL WHERE GROUP_KEY = ` +
+		keyUnseen + ` AND REGION = :region AND RELEASED = 0`
 	removeGroup    = `DELETE FROM {prefix}GROUP` + whereGroup
 	removeMessages = `DELETE FROM {prefix}GROUP_MESSAGE` + whereGroup
 	selectDue      = `SELECT CORRELATION_KEY, GROUP_KEY, VERSION, DUE_AT FROM {prefix}GROUP WHERE REGION = :region AND ` +
@@ -41,11 +48,16 @@ func updateStatement(shape int) string { return updateWith(shape, "") }
 // updateWith is updateStatement; with released, the WITH query (its
 // text) that released messages in the same statement: as the count reads
 // the statement's snapshot, taken before the release, it subtracts them.
+// That form is PostgreSQL's, and its count reads the key as keyUnseen.
 func updateWith(shape int, released string) string {
 	set := `VERSION = VERSION + 1, UPDATED_DATE = {now}`
 	if shape&shapeRelease != 0 {
+		key := `:group_key`
+		if released != "" {
+			key = keyUnseen
+		}
 		set += `, RELEASES = RELEASES + 1, MESSAGE_COUNT = (SELECT COUNT(*) FROM {prefix}GROUP_MESSAGE m ` +
-			`WHERE m.GROUP_KEY = :group_key AND m.REGION = :region AND m.RELEASED = 0)`
+			`WHERE m.GROUP_KEY = ` + key + ` AND m.REGION = :region AND m.RELEASED = 0)`
 		if released != "" {
 			set += ` - (SELECT COUNT(*) FROM r)`
 		}
@@ -117,8 +129,8 @@ func compile(d *dialect.Dialect, prefix string) *statements {
 	for shape := range s.update {
 		s.update[shape] = c(updateStatement(shape))
 		if g.UpdateWith && shape&shapeRelease != 0 {
-			s.releaseUpdate[shape] = [2]dialect.Query{c(updateWith(shape, releaseAll)),
-				c(updateWith(shape, releaseAll+` AND MESSAGE_KEY IN {list}`))}
+			s.releaseUpdate[shape] = [2]dialect.Query{c(updateWith(shape, releaseWith)),
+				c(updateWith(shape, releaseWith+` AND MESSAGE_KEY IN {list}`))}
 		}
 	}
 	return s
