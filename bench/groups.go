@@ -389,15 +389,16 @@ type phaseStats struct {
 
 // groupRunner runs the workers of all instances on one shared feed.
 type groupRunner struct {
-	e        *env
-	name     string
-	insts    []*groupInst
-	workers  int
-	states   []groupState
-	retry    chan item
-	total    atomic.Int64 // successful Handle calls over the whole life
-	failures atomic.Int64 // failed Handle calls over the whole life
-	ctx      context.Context
+	e         *env
+	name      string
+	insts     []*groupInst
+	workers   int
+	states    []groupState
+	retry     chan item
+	total     atomic.Int64 // successful Handle calls over the whole life
+	failures  atomic.Int64 // failed Handle calls over the whole life
+	partition bool         // each instance has a feed of its own groups
+	ctx       context.Context
 }
 
 // handle runs one Handle call and books its outcome.
@@ -419,11 +420,11 @@ func (r *groupRunner) handle(in *groupInst, it item) (time.Duration, error) {
 // passed or the feed is empty, then stops taking new ones and waits for the
 // calls in flight. It returns the items not taken.
 func (r *groupRunner) phase(items []item, d time.Duration, record bool) (phaseStats, []item) {
-	feed := make(chan item, len(items))
-	for _, it := range items {
-		feed <- it
+	parts := 1
+	if r.partition {
+		parts = len(r.insts)
 	}
-	close(feed)
+	feeds := partitionFeed(items, parts)
 	var (
 		stop    = make(chan struct{})
 		stopped atomic.Bool
@@ -434,7 +435,8 @@ func (r *groupRunner) phase(items []item, d time.Duration, record bool) (phaseSt
 		lat     []time.Duration
 		wg      sync.WaitGroup
 	)
-	for _, in := range r.insts {
+	for i, in := range r.insts {
+		feed := feeds[i%len(feeds)]
 		for range r.workers {
 			wg.Go(func() {
 				var mine []time.Duration
@@ -496,10 +498,30 @@ func (r *groupRunner) phase(items []item, d time.Duration, record bool) (phaseSt
 	wg.Wait()
 	st.lat = lat
 	var rest []item
-	for it := range feed {
-		rest = append(rest, it)
+	for _, f := range feeds {
+		for it := range f {
+			rest = append(rest, it)
+		}
 	}
 	return st, rest
+}
+
+// partitionFeed returns n closed channels holding items, each item in
+// channel group % n: with one channel per instance, all of a group's
+// messages go to one instance, as a broker's partitions keyed by
+// correlation ID would deliver them.
+func partitionFeed(items []item, n int) []chan item {
+	feeds := make([]chan item, n)
+	for i := range feeds {
+		feeds[i] = make(chan item, len(items))
+	}
+	for _, it := range items {
+		feeds[it.group%n] <- it
+	}
+	for _, f := range feeds {
+		close(f)
+	}
+	return feeds
 }
 
 // drain handles the requeued messages until each has succeeded, or for at
@@ -548,7 +570,7 @@ func groupRun(ctx context.Context, e *env, scenario string, v groupVariant, cfg 
 	pub := &countingPub{scenario: scenario, prefix: prefix, states: make([]groupState, warmGroups+maxFeedGroups+w)}
 	disc := &discardPub{}
 	var logged atomic.Int64
-	r := &groupRunner{e: e, name: scenario + "/" + v.name, workers: workers, states: pub.states,
+	r := &groupRunner{e: e, name: scenario + "/" + v.name, workers: workers, states: pub.states, partition: cfg.groupPartition,
 		retry: make(chan item, 1<<16), ctx: ctx}
 	defer func() {
 		for _, in := range r.insts {
@@ -673,6 +695,7 @@ func groupRun(ctx context.Context, e *env, scenario string, v groupVariant, cfg 
 		res.Listen = &cfg.groupListen
 	}
 	res.GroupLock = cfg.groupLock(v)
+	res.Partitioned = r.partition && v.instances > 1
 	res.Outputs, res.ExpectedOutputs = ip(pub.total.Load()), ip(expected)
 	res.GroupsCompleted, res.Messages = ip(completed), ip(r.total.Load())
 	res.HandleRetries = ip(retried)

@@ -44,13 +44,14 @@ type config struct {
 	traceFile   string // write an execution trace of the whole run here
 
 	// The aggregator and resequencer scenarios.
-	variants    []string
-	memWorkers  int  // memory: worker goroutines
-	pg1Workers  int  // postgres-1: worker goroutines
-	pg4Workers  int  // postgres-4: worker goroutines per instance
-	groupPool   int  // PostgreSQL: MaxOpen = MaxIdle per instance; 0: the instance's workers
-	groupListen bool // PostgreSQL: jdbc.WithListener(pgxlisten.New(db))
-	groupWindow int  // groups per shuffled block of the feed
+	variants       []string
+	memWorkers     int  // memory: worker goroutines
+	pg1Workers     int  // postgres-1: worker goroutines
+	pg4Workers     int  // postgres-4: worker goroutines per instance
+	groupPool      int  // PostgreSQL: MaxOpen = MaxIdle per instance; 0: the instance's workers
+	groupListen    bool // PostgreSQL: jdbc.WithListener(pgxlisten.New(db))
+	groupWindow    int  // groups per shuffled block of the feed
+	groupPartition bool // each instance takes the messages of its own groups
 	// sqliteWorkers are the worker goroutines of the sqlite-1 variant.
 	sqliteWorkers int
 	// groupLockKind is the SQL variants' group lock: "store" or "registry".
@@ -139,6 +140,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs.IntVar(&cfg.rounds, "rounds", 1, "lock scenarios, aggregator, resequencer: run each scenario this many times, every contestant (variant) once per round in turn, and report each one's median round by ops/s (a failed round, else the round with the most violations, if any has some, is reported instead)")
 	fs.IntVar(&cfg.groupCommit, "group-commit", 0, "aggregator, resequencer: sqlstore.Config.GroupCommit of the SQL variants (0: the store's default, -1: off)")
 	fs.IntVar(&cfg.groupPool, "group-pool", 0, "aggregator, resequencer: pool size (MaxOpen = MaxIdle) per PostgreSQL instance (0: its workers)")
+	fs.BoolVar(&cfg.groupPartition, "group-partition", false, "aggregator, resequencer: the feed is partitioned by group among the instances (a broker's partitions keyed by correlation ID)")
 	fs.IntVar(&cfg.groupWindow, "group-window", 200, "aggregator, resequencer: the feed is shuffled in blocks of this many groups")
 	fs.BoolVar(&cfg.groupListen, "group-listen", true, "aggregator, resequencer: lock repositories with jdbc.WithListener(pgxlisten.New(db))")
 	if err := fs.Parse(args); err != nil {

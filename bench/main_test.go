@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime/trace"
@@ -342,5 +343,33 @@ func TestARoundWithViolationsIsReportedNotOutvoted(t *testing.T) {
 	}
 	if got := pickRound([]result{v(0, 300), v(0, 100), v(0, 200)}); *got.OpsPerSec != 200 {
 		t.Errorf("without violations picked %v ops/s, want the median, 200", *got.OpsPerSec)
+	}
+}
+
+// TestAPartitionedFeedGivesEachGroupToOneInstance checks -group-partition's
+// feed: every item once, all of a group's items in one channel.
+func TestAPartitionedFeedGivesEachGroupToOneInstance(t *testing.T) {
+	items := buildFeed("p/", 0, 40, 8, rand.New(rand.NewPCG(1, 2)))
+	feeds := partitionFeed(items, 4)
+	owner := map[int]int{}
+	n := 0
+	for i, f := range feeds {
+		for it := range f {
+			n++
+			if o, ok := owner[it.group]; ok && o != i {
+				t.Fatalf("group %d in feeds %d and %d", it.group, o, i)
+			}
+			owner[it.group] = i
+		}
+	}
+	if n != len(items) || len(owner) != 40 {
+		t.Errorf("%d items of %d groups in the feeds, want %d of 40", n, len(owner), len(items))
+	}
+	used := map[int]bool{}
+	for _, o := range owner {
+		used[o] = true
+	}
+	if len(used) != 4 {
+		t.Errorf("%d of 4 feeds used", len(used))
 	}
 }

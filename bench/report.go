@@ -59,9 +59,9 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 		mode += fmt.Sprintf(", %d interleaved rounds of the lock, aggregator and resequencer scenarios (each contestant's or variant's median round; safety: its worst)", cfg.rounds)
 	}
 	fmt.Fprintf(w, "| Run | %s: %v warm-up + %v measured per scenario and contestant; pools MaxOpen = MaxIdle = 4 per instance (%d in parallel); contended: %d instances, hold %v; "+
-		"aggregator, resequencer: workers memory %d, postgres-1 %d, postgres-4 %d per instance, pool %s per instance, listener %v, shuffle blocks of %d groups; whole run %v |\n\n",
+		"aggregator, resequencer: workers memory %d, postgres-1 %d, postgres-4 %d per instance, pool %s per instance, listener %v, shuffle blocks of %d groups%s; whole run %v |\n\n",
 		mode, cfg.warmup, cfg.duration, cfg.goroutines, cfg.instances, cfg.hold,
-		cfg.memWorkers, cfg.pg1Workers, cfg.pg4Workers, poolDesc(cfg.groupPool), cfg.groupListen, cfg.groupWindow, took.Round(time.Second))
+		cfg.memWorkers, cfg.pg1Workers, cfg.pg4Workers, poolDesc(cfg.groupPool), cfg.groupListen, cfg.groupWindow, partitionDesc(cfg.groupPartition), took.Round(time.Second))
 
 	section := func(s, title, header string, row func(r result) string) {
 		var rows []string
@@ -331,4 +331,12 @@ func statementSection(w io.Writer, rs []result) {
 		fmt.Fprintln(w, r)
 	}
 	fmt.Fprintln(w)
+}
+
+// partitionDesc describes -group-partition for the run's line.
+func partitionDesc(on bool) string {
+	if on {
+		return ", feed partitioned by group among the instances"
+	}
+	return ""
 }

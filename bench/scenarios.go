@@ -61,17 +61,20 @@ type result struct {
 	// transaction.
 	CommitsPerOp *float64 `json:"commits_per_op,omitempty"`
 	// GroupLock names the lock that protected the groups.
-	GroupLock       string   `json:"group_lock,omitempty"`
-	HandleP50us     *float64 `json:"handle_p50_us,omitempty"`
-	HandleP99us     *float64 `json:"handle_p99_us,omitempty"`
-	Instances       *int64   `json:"instances,omitempty"`
-	Workers         *int64   `json:"workers_per_instance,omitempty"`
-	Pool            *int64   `json:"pool_per_instance,omitempty"`
-	Listen          *bool    `json:"listen,omitempty"`
-	Messages        *int64   `json:"messages_handled,omitempty"` // whole life, warm-up included
-	GroupsCompleted *int64   `json:"groups_completed,omitempty"`
-	Outputs         *int64   `json:"outputs,omitempty"`
-	ExpectedOutputs *int64   `json:"expected_outputs,omitempty"`
+	GroupLock   string   `json:"group_lock,omitempty"`
+	HandleP50us *float64 `json:"handle_p50_us,omitempty"`
+	HandleP99us *float64 `json:"handle_p99_us,omitempty"`
+	Instances   *int64   `json:"instances,omitempty"`
+	Workers     *int64   `json:"workers_per_instance,omitempty"`
+	Pool        *int64   `json:"pool_per_instance,omitempty"`
+	Listen      *bool    `json:"listen,omitempty"`
+	// Partitioned is set where -group-partition gave each instance of a
+	// variant with several its own groups' messages.
+	Partitioned     bool   `json:"partitioned_feed,omitempty"`
+	Messages        *int64 `json:"messages_handled,omitempty"` // whole life, warm-up included
+	GroupsCompleted *int64 `json:"groups_completed,omitempty"`
+	Outputs         *int64 `json:"outputs,omitempty"`
+	ExpectedOutputs *int64 `json:"expected_outputs,omitempty"`
 	// HandleRetries counts Handle calls that returned an error, from the
 	// measured window on; their messages were requeued.
 	HandleRetries *int64 `json:"handle_retries,omitempty"`
