@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"context"
+	"database/sql"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +14,22 @@ import (
 	"github.com/lockreg/lockreg/internal/testdb"
 )
 
+// ownTables creates group tables of a new prefix, dropped when t ends,
+// and returns cfg with that prefix: tables whose statistics the test sets.
+func ownTables(t *testing.T, db *sql.DB, cfg sqlstore.Config) sqlstore.Config {
+	t.Helper()
+	cfg.Prefix = "SP" + strings.ToUpper(strings.ReplaceAll(uuid.NewString(), "-", "")[:12]) + "_"
+	t.Cleanup(func() {
+		for _, s := range []string{"GROUP_MESSAGE", "GROUP"} {
+			db.Exec(`DROP TABLE IF EXISTS ` + cfg.Prefix + s)
+		}
+	})
+	if err := sqlstore.CreateSchema(context.Background(), db, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // The statistics of a table shared by several regions say little of a
 // region that began after the last ANALYZE: to PostgreSQL's planner each
 // of its conditions matches one row. A look-up of one group must still
@@ -22,15 +39,7 @@ import (
 func TestAGroupIsReadByItsPrimaryKeyInANewRegion(t *testing.T) {
 	db := testdb.Postgres(t)
 	ctx := context.Background()
-	prefix := "SP" + strings.ToUpper(strings.ReplaceAll(uuid.NewString(), "-", "")[:12]) + "_"
-	t.Cleanup(func() {
-		for _, s := range []string{"GROUP_MESSAGE", "GROUP"} {
-			db.Exec(t, `DROP TABLE IF EXISTS `+prefix+s)
-		}
-	})
-	if err := sqlstore.CreateSchema(ctx, db.DB, sqlstore.Config{Prefix: prefix}); err != nil {
-		t.Fatal(err)
-	}
+	prefix := ownTables(t, db.DB, sqlstore.Config{}).Prefix
 	insert := func(region string) {
 		db.Exec(t, `INSERT INTO `+prefix+`GROUP (GROUP_KEY, REGION, CORRELATION_KEY, GROUP_ID, COMPLETE, LAST_RELEASED_SEQUENCE, `+
 			`RELEASES, MESSAGE_COUNT, LAST_POSITION, VERSION, DUE_AT, CREATED_DATE, UPDATED_DATE) `+
@@ -73,16 +82,8 @@ func TestAReleaseIsNotPlannedAgainAtEveryCall(t *testing.T) {
 	db, _ := testdb.CountingPostgres(t)
 	db.SetMaxOpenConns(1) // one connection: its prepared statements are the store's
 	ctx := context.Background()
-	prefix := "SP" + strings.ToUpper(strings.ReplaceAll(uuid.NewString(), "-", "")[:12]) + "_"
-	t.Cleanup(func() {
-		for _, s := range []string{"GROUP_MESSAGE", "GROUP"} {
-			db.ExecContext(ctx, `DROP TABLE IF EXISTS `+prefix+s)
-		}
-	})
-	cfg := sqlstore.Config{Prefix: prefix, Region: "r", DisableCleanup: true}
-	if err := sqlstore.CreateSchema(ctx, db, cfg); err != nil {
-		t.Fatal(err)
-	}
+	cfg := ownTables(t, db, sqlstore.Config{Region: "r", DisableCleanup: true})
+	prefix := cfg.Prefix
 	// 100 groups of 200 messages and 5 000 of one: statistics whose most
 	// common keys are the large groups.
 	if _, err := db.ExecContext(ctx, `INSERT INTO `+prefix+`GROUP_MESSAGE (GROUP_KEY, REGION, MESSAGE_KEY, MESSAGE_ID, `+
@@ -94,7 +95,7 @@ func TestAReleaseIsNotPlannedAgainAtEveryCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newStore(t, db, cfg)
-	for i := range 8 {
+	for i := range 12 {
 		key := "g" + strconv.Itoa(i)
 		if _, _, err := s.Add(ctx, key, groupstore.Message{UUID: "m"}, 0); err != nil {
 			t.Fatal(err)
