@@ -65,9 +65,9 @@ func newRepo(t testing.TB, db testDB, opts ...jdbc.Option) *jdbc.LockRepository 
 // lasts WithQueueTTL (default a second) from the start of its queue
 // statement, and on a loaded machine a place that lapsed before the release
 // is rightly passed over.
-func longPlacesRepo(t testing.TB, db testDB, region string, l jdbc.Listener) *jdbc.LockRepository {
+func longPlacesRepo(t testing.TB, db testDB, region string, l jdbc.Listener, opts ...jdbc.Option) *jdbc.LockRepository {
 	t.Helper()
-	return newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l), jdbc.WithQueueTTL(longTTL))
+	return newRepo(t, db, append([]jdbc.Option{jdbc.WithRegion(region), jdbc.WithListener(l), jdbc.WithQueueTTL(longTTL)}, opts...)...)
 }
 
 // newRepoOn is newRepo on any jdbc.DB.

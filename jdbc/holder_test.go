@@ -109,7 +109,7 @@ func TestAHandOverWritesTheWaitersHolder(t *testing.T) {
 	forEachPostgres(t, func(t *testing.T, db testDB, l jdbc.Listener) {
 		region := randomRegion()
 		a := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l), jdbc.WithApplicationName("a"))
-		b := newRepo(t, db, jdbc.WithRegion(region), jdbc.WithListener(l), jdbc.WithApplicationName("b"), jdbc.WithQueueTTL(longTTL)) // its place outlasts a loaded machine (longPlacesRepo)
+		b := longPlacesRepo(t, db, region, l, jdbc.WithApplicationName("b"))
 		mustAcquire(t, a, "k", longTTL)
 		if _, ok, err := b.AcquireOrWait(t.Context(), "k", longTTL); ok || err != nil {
 			t.Fatalf("AcquireOrWait of a held lock: %v, %v", ok, err)

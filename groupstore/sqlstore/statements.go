@@ -15,14 +15,11 @@ const (
 	dueIn         = `, DUE_AT = {now+:timeout}, CLAIMED_UNTIL = NULL`
 	whereGroup    = ` WHERE GROUP_KEY = :group_key AND REGION = :region`
 	selectVersion = `SELECT VERSION FROM {prefix}GROUP` + whereGroup
-	releaseAll    = `UPDATE {prefix}GROUP_MESSAGE SET RELEASED = 1, METADATA = NULL, PAYLOAD = NULL` + whereGroup + ` AND RELEASED = 0`
 	// keyUnseen is :group_key as PostgreSQL's planner cannot see it (an
 	// uncommon key looks cheaper than the average, so a release was planned
 	// anew at every call instead of taking the cached generic plan), in the
 	// conditions on the message table of PostgreSQL's release (UpdateWith).
-	keyUnseen   = `(SELECT CAST(:group_key AS CHAR(36)))`
-	releaseWith = `UPDATE {prefix}GROUP_MESSAGE SET RELEASED = 1, METADATA = NULL, PAYLOAD = NULL WHERE GROUP_KEY = ` +
-		keyUnseen + ` AND REGION = :region AND RELEASED = 0`
+	keyUnseen      = `(SELECT CAST(:group_key AS CHAR(36)))`
 	removeGroup    = `DELETE FROM {prefix}GROUP` + whereGroup
 	removeMessages = `DELETE FROM {prefix}GROUP_MESSAGE` + whereGroup
 	selectDue      = `SELECT CORRELATION_KEY, GROUP_KEY, VERSION, DUE_AT FROM {prefix}GROUP WHERE REGION = :region AND ` +
@@ -41,6 +38,13 @@ const (
 	shapeIfVersion
 	shapes
 )
+
+// releaseOf releases the unreleased messages of the group whose key is
+// the SQL expression key.
+func releaseOf(key string) string {
+	return `UPDATE {prefix}GROUP_MESSAGE SET RELEASED = 1, METADATA = NULL, PAYLOAD = NULL WHERE GROUP_KEY = ` + key +
+		` AND REGION = :region AND RELEASED = 0`
+}
 
 // updateStatement is the UPDATE of the group table for an update of shape.
 func updateStatement(shape int) string { return updateWith(shape, "") }
@@ -120,7 +124,7 @@ func compile(d *dialect.Dialect, prefix string) *statements {
 		addProbe:    [2]dialect.Query{c(g.AddProbe[0]), c(g.AddProbe[1])},
 		addBatch:    [2]dialect.Query{c(g.AddBatch[0]), c(g.AddBatch[1])},
 		selectGroup: c(dialect.SelectGroup), lockGet: c(g.LockGet), selectVersion: c(selectVersion),
-		releaseAll: c(releaseAll), releaseListed: c(releaseAll + ` AND MESSAGE_KEY IN {list}`),
+		releaseAll: c(releaseOf(`:group_key`)), releaseListed: c(releaseOf(`:group_key`) + ` AND MESSAGE_KEY IN {list}`),
 		remove:         [2]dialect.Query{c(removeGroup), c(removeGroup + ` AND VERSION = :version`)},
 		removeMessages: c(removeMessages),
 		claimDue:       c(g.ClaimDue), selectDue: c(selectDue), claimOne: c(claimOne),
@@ -129,8 +133,8 @@ func compile(d *dialect.Dialect, prefix string) *statements {
 	for shape := range s.update {
 		s.update[shape] = c(updateStatement(shape))
 		if g.UpdateWith && shape&shapeRelease != 0 {
-			s.releaseUpdate[shape] = [2]dialect.Query{c(updateWith(shape, releaseWith)),
-				c(updateWith(shape, releaseWith+` AND MESSAGE_KEY IN {list}`))}
+			s.releaseUpdate[shape] = [2]dialect.Query{c(updateWith(shape, releaseOf(keyUnseen))),
+				c(updateWith(shape, releaseOf(keyUnseen)+` AND MESSAGE_KEY IN {list}`))}
 		}
 	}
 	return s
