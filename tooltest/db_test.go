@@ -20,6 +20,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/lockreg/lockreg/jdbc"
+	"github.com/lockreg/lockreg/scheduler"
 )
 
 // server is a database backend the tools are tried on.
@@ -286,9 +287,9 @@ func springRows(t *testing.T, db *sql.DB) int {
 // lockregTables are the tables the up scripts leave, per dialect.
 func lockregTables(d jdbc.Dialect) []string {
 	if d == jdbc.Postgres {
-		return []string{"int_group", "int_group_message", "int_lock", "int_lock_wait"}
+		return []string{"int_group", "int_group_message", "int_lock", "int_lock_wait", "scheduled_tasks"}
 	}
-	return []string{"int_group", "int_group_message", "int_lock"}
+	return []string{"int_group", "int_group_message", "int_lock", "scheduled_tasks"}
 }
 
 // wantLockregWorks checks that the schema is complete for lockreg: the
@@ -327,6 +328,18 @@ func wantLockregWorks(t *testing.T, f freshDB, db *sql.DB) {
 	}
 	if err := repo.Release(ctx, key); err != nil {
 		t.Fatal(err)
+	}
+	// 000007: db-scheduler's table, as package scheduler reads and writes it.
+	sc, err := scheduler.NewClient(db, scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := "i-" + randomHex(4)
+	if err := sc.Schedule(ctx, scheduler.Instance{Task: "tooltest", ID: id, Data: 1}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := sc.Get(ctx, "tooltest", id); err != nil || string(e.Data) != "1" {
+		t.Fatalf("scheduler Get: %v, %+v", err, e)
 	}
 	if springRows(t, db) > 0 {
 		if _, ok, err := repo.Acquire(ctx, "spring-key", time.Minute); ok || err != nil {
