@@ -106,16 +106,9 @@ func (s *Scheduler) nextDue() time.Time {
 	return latest
 }
 
-// unpickAll unpicks every execution still held, each guarded by its
-// version, and returns how many it unpicked.
-func (s *Scheduler) unpickAll() int {
-	s.mu.Lock()
-	var all []*running
-	for k, r := range s.held {
-		all = append(all, r)
-		delete(s.held, k)
-	}
-	s.mu.Unlock()
+// unpick unpicks executions taken from held, each guarded by its version,
+// in one transaction, and returns how many it unpicked.
+func (s *Scheduler) unpick(all []*running) int {
 	if len(all) == 0 {
 		return 0
 	}

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -110,4 +111,53 @@ func row(t testing.TB, c *scheduler.Client, task, id string) *scheduler.Executio
 		t.Fatal(err)
 	}
 	return e
+}
+
+// ago is an SQL expression of the database's clock minus d, in the
+// table's time representation.
+func ago(b testdb.Backend, d time.Duration) string {
+	switch b.Dialect {
+	case "postgres":
+		return fmt.Sprintf(`now() - INTERVAL '%d milliseconds'`, d.Milliseconds())
+	case "mysql":
+		return fmt.Sprintf(`UTC_TIMESTAMP(6) - INTERVAL %d MICROSECOND`, d.Microseconds())
+	}
+	return fmt.Sprintf(`CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - %d`, d.Milliseconds())
+}
+
+// blocker is a one-time task whose handler blocks until release is closed
+// or its context ends, and reports each start on started.
+type blocker struct {
+	started chan *scheduler.Execution
+	release chan struct{}
+	causes  chan error // the context's cause, when the context ended
+}
+
+func newBlocker() *blocker {
+	return &blocker{started: make(chan *scheduler.Execution, 100), release: make(chan struct{}), causes: make(chan error, 100)}
+}
+
+func (bl *blocker) task(name string, opts ...scheduler.TaskOption) scheduler.Task {
+	return scheduler.OneTime(name, func(ctx context.Context, e *scheduler.Execution) error {
+		bl.started <- e
+		select {
+		case <-bl.release:
+			return nil
+		case <-ctx.Done():
+			bl.causes <- context.Cause(ctx)
+			return ctx.Err()
+		}
+	}, opts...)
+}
+
+// receive returns the next value of c, failing t after a minute.
+func receive[T any](t testing.TB, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(time.Minute):
+		t.Fatalf("no %s within a minute", what)
+		panic("unreachable")
+	}
 }

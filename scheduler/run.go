@@ -39,10 +39,17 @@ func (s *Scheduler) execute(r *running) {
 		c = safeHandle(ctx, t, f)
 	}
 	cp := &completion{e: e, c: c, failure: failure}
-	s.write(cp)
+	abandoned := !s.holds(r)
+	if !abandoned {
+		s.write(cp)
+	}
 	end(err)
 	outcome := "succeeded"
 	switch {
+	case abandoned:
+		outcome = "abandoned"
+		s.tel.log.Warn("scheduler: execution abandoned at Stop: it is unpicked for another node",
+			"task", e.Task, "instance", e.Instance)
 	case cp.err != nil:
 		outcome = "unrecorded"
 		s.tel.log.Error("scheduler: completion not recorded; the execution is revived as dead later",

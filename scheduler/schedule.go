@@ -178,8 +178,10 @@ var (
 
 // Parse reads a schedule as db-scheduler's Schedules.parse does:
 // "FIXED_DELAY|<seconds>s", "DAILY|HH:MM[,HH:MM...][|Zone]" (zone UTC when
-// omitted) and "-" (Disabled). Anything else is an error wrapping
-// ErrInvalidSchedule.
+// omitted) and "-" (Disabled); and, which db-scheduler does not,
+// "FIXED_DELAY|<Go duration>" such as "FIXED_DELAY|1m30s", the form String
+// gives a delay with a fraction of a second. Anything else is an error
+// wrapping ErrInvalidSchedule.
 func Parse(s string) (Schedule, error) {
 	if s == "-" {
 		return Disabled, nil
@@ -190,6 +192,15 @@ func Parse(s string) (Schedule, error) {
 			return nil, fmt.Errorf("%w: %q: delay out of range", ErrInvalidSchedule, s)
 		}
 		return FixedDelay(time.Duration(n) * time.Second)
+	}
+	if rest, ok := strings.CutPrefix(s, "FIXED_DELAY|"); ok && strings.TrimLeft(rest, "0123456789.") != "s" {
+		// Beyond db-scheduler: a Go duration, as FixedDelay.String writes
+		// a delay with a fraction of a second.
+		d, err := time.ParseDuration(rest)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %q: %w", ErrInvalidSchedule, s, err)
+		}
+		return FixedDelay(d)
 	}
 	if m := dailyPattern.FindStringSubmatch(s); m != nil {
 		loc := time.UTC

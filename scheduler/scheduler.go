@@ -144,15 +144,19 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { s.workers.Wait(); close(done) }()
 	var err error
+	var abandoned []*running
 	select {
 	case <-done:
 	case <-ctx.Done():
 		err = ctx.Err()
+		// Taken from held before the handlers are cancelled, so that
+		// their completions are not written: they are unpicked instead.
+		abandoned = s.takeHeld()
 		s.cancel(ErrLost)
 	}
 	close(s.live)
 	s.loops.Wait() // the fetch loop has handed all it picked to held
-	n := s.unpickAll()
+	n := s.unpick(append(abandoned, s.takeHeld()...))
 	if n > 0 && s.cfg.d.Name == "postgres" && !s.cfg.NoNotify {
 		s.notifyHandOff()
 	}
@@ -259,6 +263,25 @@ func (s *Scheduler) work() {
 			s.execute(r)
 		}
 	}
+}
+
+// takeHeld removes and returns every held execution.
+func (s *Scheduler) takeHeld() []*running {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all := make([]*running, 0, len(s.held))
+	for k, r := range s.held {
+		all = append(all, r)
+		delete(s.held, k)
+	}
+	return all
+}
+
+// holds reports whether r is still held: Stop has not abandoned it.
+func (s *Scheduler) holds(r *running) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held[execKey{r.e.Task, r.e.Instance}] == r
 }
 
 // release forgets a held execution once its completion is written or
