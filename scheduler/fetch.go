@@ -128,7 +128,7 @@ func (s *Scheduler) unpick(all []*running) int {
 	})
 	if err != nil {
 		s.tel.log.Error("scheduler: unpick at stop failed; the executions are revived as dead later",
-			"scheduler", s.cfg.Name, "executions", len(all), "error", err)
+			"scheduler", s.cfg.Name, "executions", len(all), "err", err)
 		return 0
 	}
 	s.tel.unpicked(n)
@@ -141,7 +141,7 @@ func (s *Scheduler) notifyHandOff() {
 	ctx, cancel := ioCtx()
 	defer cancel()
 	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify($1, '0')`, s.cfg.channel()); err != nil {
-		s.tel.log.Warn("scheduler: hand-off notification failed", "scheduler", s.cfg.Name, "error", err)
+		s.tel.log.Warn("scheduler: hand-off notification failed", "scheduler", s.cfg.Name, "err", err)
 	}
 }
 

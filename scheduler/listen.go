@@ -39,7 +39,7 @@ func (s *Scheduler) listen() {
 		if ctx.Err() != nil {
 			return
 		}
-		s.tel.log.Warn("scheduler: listener failed; polling meanwhile", "error", err)
+		s.tel.log.Warn("scheduler: listener failed; polling meanwhile", "err", err)
 		if !backoff.Sleep(ctx, retry.Next(), nil) {
 			return
 		}

@@ -63,7 +63,7 @@ func (s *Scheduler) heartbeat() {
 	})
 	if err != nil {
 		s.tel.log.Warn("scheduler: heartbeat failed", "scheduler", s.cfg.Name, "executions", len(all),
-			"error", s.cfg.wrap(ctx, s.db, "scheduler: heartbeat", err))
+			"err", s.cfg.wrap(ctx, s.db, "scheduler: heartbeat", err))
 		return
 	}
 	for _, r := range lost {
@@ -82,7 +82,7 @@ func (s *Scheduler) reviveDead() {
 	q := s.sql.dead
 	dead, err := s.query(ctx, s.db, q.SQL, s.sql.args(q, vals{delay: s.deadAfter()}, s.cfg.names...)...)
 	if err != nil {
-		s.tel.log.Warn("scheduler: dead-execution check failed", "error", s.cfg.wrap(ctx, s.db, "scheduler: dead executions", err))
+		s.tel.log.Warn("scheduler: dead-execution check failed", "err", s.cfg.wrap(ctx, s.db, "scheduler: dead executions", err))
 		return
 	}
 	for _, e := range dead {
@@ -113,7 +113,7 @@ func (s *Scheduler) deleteUnresolved() {
 	q := s.sql.unresolved
 	n, err := dialect.Count(s.db.ExecContext(ctx, q.SQL, s.sql.args(q, vals{delay: s.cfg.DeleteUnresolvedAfter}, s.cfg.names...)...))
 	if err != nil {
-		s.tel.log.Warn("scheduler: delete of unresolved executions failed", "error", err)
+		s.tel.log.Warn("scheduler: delete of unresolved executions failed", "err", err)
 	} else if n > 0 {
 		s.tel.log.Warn("scheduler: deleted executions of unknown tasks", "rows", n, "older_than", s.cfg.DeleteUnresolvedAfter)
 	}

@@ -42,7 +42,7 @@ func newTelemetry(s *settled, countDue func(context.Context) (int64, error)) (*t
 	t.deadCount = in.Counter("lockreg.scheduler.dead", "{execution}", "Dead executions handled by this scheduler.")
 	t.unpicks = in.Counter("lockreg.scheduler.unpicked", "{execution}", "Executions handed back at Stop.")
 	due, err := m.Int64ObservableGauge("lockreg.scheduler.due", metric.WithUnit("{execution}"),
-		metric.WithDescription("Unpicked executions of this scheduler's tasks whose time has come, by the database's clock."))
+		metric.WithDescription("Unpicked executions of this scheduler's tasks whose time has come, by the database's clock, from New until Stop."))
 	if err != nil {
 		return nil, err
 	}
@@ -57,6 +57,13 @@ func newTelemetry(s *settled, countDue func(context.Context) (int64, error)) (*t
 		return nil, err
 	}
 	return t, in.Err
+}
+
+// close unregisters the due gauge's callback, which queries the table.
+func (t *telemetry) close() {
+	if t.registered != nil {
+		t.registered.Unregister()
+	}
 }
 
 func (t *telemetry) attrs(kv ...attribute.KeyValue) metric.MeasurementOption {
@@ -90,7 +97,7 @@ func (t *telemetry) unpicked(n int) {
 func (t *telemetry) picked(int) {}
 
 func (t *telemetry) fetchFailed(err error) {
-	t.log.Warn("scheduler: fetch failed; retrying", "error", err)
+	t.log.Warn("scheduler: fetch failed; retrying", "err", err)
 }
 
 // startSpan starts the span of an execution; end ends it with the
@@ -99,7 +106,7 @@ func (t *telemetry) startSpan(ctx context.Context, e *Execution) (context.Contex
 	if t.tracer == nil {
 		return ctx, func(error) {}
 	}
-	ctx, span := t.tracer.Start(ctx, "scheduler.execute "+e.Task, trace.WithSpanKind(trace.SpanKindConsumer),
+	ctx, span := t.tracer.Start(ctx, "lockreg.scheduler.execute", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(append([]attribute.KeyValue{tel.Task.String(e.Task),
 			attribute.String("lockreg.task.instance", e.Instance), tel.Token.Int64(e.Version)}, t.base...)...))
 	return ctx, func(err error) { tel.EndSpan(span, err) }

@@ -53,7 +53,7 @@ func (s *Scheduler) execute(r *running) {
 	case cp.err != nil:
 		outcome = "unrecorded"
 		s.tel.log.Error("scheduler: completion not recorded; the execution is revived as dead later",
-			"task", e.Task, "instance", e.Instance, "error", cp.err)
+			"task", e.Task, "instance", e.Instance, "err", cp.err)
 	case !cp.written:
 		outcome = "refused"
 		s.tel.log.Warn("scheduler: completion refused: the execution was taken from this scheduler",
@@ -61,7 +61,7 @@ func (s *Scheduler) execute(r *running) {
 	case failure:
 		outcome = "failed"
 		s.tel.log.Warn("scheduler: execution failed", "task", e.Task, "instance", e.Instance,
-			"consecutive_failures", e.ConsecutiveFailures+1, "error", err)
+			"consecutive_failures", e.ConsecutiveFailures+1, "err", err)
 	}
 	s.tel.finished(e, outcome)
 	s.release(r)
@@ -95,7 +95,7 @@ func (s *Scheduler) write(cp *completion) {
 		// Data that does not encode: record the failure without it.
 		cp.c, cp.failure = RescheduleAfter(5*time.Minute), true
 		s.tel.log.Error("scheduler: completion data does not encode; retrying in 5 min", "task", cp.e.Task,
-			"instance", cp.e.Instance, "error", err)
+			"instance", cp.e.Instance, "err", err)
 	}
 	s.complete.Do(&groupcommit.Call[*completion]{Ctx: context.Background(), Item: cp})
 }

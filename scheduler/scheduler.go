@@ -163,6 +163,7 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	if err == nil {
 		s.cancel(ErrLost)
 	}
+	s.tel.close()
 	return err
 }
 

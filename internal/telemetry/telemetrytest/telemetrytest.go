@@ -77,6 +77,27 @@ func (m *Metrics) Sum(t testing.TB, name string, attrs ...attribute.KeyValue) in
 	return n
 }
 
+// Gauge returns the sum of the points of the integer gauge name whose
+// attributes include attrs, collected now; 0 if there are none.
+func (m *Metrics) Gauge(t testing.TB, name string, attrs ...attribute.KeyValue) int64 {
+	t.Helper()
+	mt, ok := m.Collect(t)[name]
+	if !ok {
+		return 0
+	}
+	g, ok := mt.Data.(metricdata.Gauge[int64])
+	if !ok {
+		t.Fatalf("%s is a %T, not an integer gauge", name, mt.Data)
+	}
+	var n int64
+	for _, p := range g.DataPoints {
+		if has(p.Attributes, attrs) {
+			n += p.Value
+		}
+	}
+	return n
+}
+
 // Count returns how many values the histogram name recorded with
 // attributes that include attrs.
 func (m *Metrics) Count(t testing.TB, name string, attrs ...attribute.KeyValue) uint64 {
