@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockreg/lockreg/internal/backoff"
+	"github.com/lockreg/lockreg/internal/dialect"
 	"github.com/lockreg/lockreg/internal/groupcommit"
 )
 
@@ -97,7 +98,13 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.started = true
 	s.mu.Unlock()
-	if err := s.startRecurring(ctx); err != nil {
+	err := dialect.SelectNothing(ctx, s.db, `SELECT `+columns+` FROM `+s.cfg.Table+` WHERE 1 = 0`)
+	if err != nil {
+		err = s.cfg.wrap(ctx, s.db, "scheduler: start: check table", err)
+	} else {
+		err = s.startRecurring(ctx)
+	}
+	if err != nil {
 		s.mu.Lock()
 		s.started = false
 		s.mu.Unlock()
@@ -218,7 +225,10 @@ func (s *Scheduler) fetchLoop() {
 			retry.Reset()
 			if got < n {
 				exhausted = true
-				deadline = s.nextDue()
+				// A wake-up pending already makes the next due time moot.
+				if deadline = time.Now().Add(s.cfg.PollInterval); len(s.wakeup) == 0 {
+					deadline = s.nextDue()
+				}
 				timer.Reset(time.Until(deadline))
 			}
 			continue
