@@ -27,6 +27,11 @@ type completion struct {
 // execute runs r's handler and records its completion.
 func (s *Scheduler) execute(r *running) {
 	e, t := r.e, r.task
+	if r.ctx.Err() != nil { // lost while it waited for a thread: another node has it
+		s.tel.finished(e, "refused")
+		s.release(r)
+		return
+	}
 	ctx, end := s.tel.startSpan(r.ctx, e)
 	s.tel.started(e, r.picked)
 	c, err := safeRun(ctx, t, e)
