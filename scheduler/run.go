@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/lockreg/lockreg/internal/dialect"
@@ -168,15 +170,80 @@ func (s *Scheduler) writeBatch(batch []*groupcommit.Call[*completion]) {
 
 func (s *Scheduler) writeTx(ctx context.Context, all []*completion) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {
+		var removes []*completion
 		for _, cp := range all {
+			if cp.c.op == opRemove && len(all) > 1 {
+				removes = append(removes, cp)
+				continue
+			}
 			ok, err := s.writeOne(ctx, tx, cp)
 			if err != nil {
 				return err
 			}
 			cp.written = ok
 		}
-		return nil
+		return s.removeBatch(ctx, tx, removes)
 	})
+}
+
+// errPartial makes writeTx roll back a batch of removals on MySQL that
+// deleted fewer rows than it had, so that each is written alone and its
+// refusal known.
+var errPartial = errors.New("scheduler: batch removal refused in part")
+
+// removeBatch deletes the rows of removes in one statement, each guarded
+// by its version: one round trip for a batch of completed one-time
+// executions. PostgreSQL and SQLite return the rows deleted; on MySQL,
+// which cannot, a count short of the batch is errPartial.
+func (s *Scheduler) removeBatch(ctx context.Context, tx *sql.Tx, removes []*completion) error {
+	if len(removes) == 0 {
+		return nil
+	}
+	row, returning := `(?, ?, ?)`, ` RETURNING task_name, task_instance`
+	switch s.cfg.d.Name {
+	case "postgres":
+		row = `(CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT))`
+	case "mysql":
+		returning = ``
+	}
+	q := `DELETE FROM ` + s.cfg.Table + ` WHERE (task_name, task_instance, version) IN (VALUES ` +
+		strings.TrimSuffix(strings.Repeat(row+`, `, len(removes)), `, `) + `)`
+	if s.cfg.d.Name == "mysql" {
+		q = `DELETE FROM ` + s.cfg.Table + ` WHERE (task_name, task_instance, version) IN (` +
+			strings.TrimSuffix(strings.Repeat(row+`, `, len(removes)), `, `) + `)`
+	}
+	q = s.cfg.d.MustCompile(strings.ReplaceAll(q, "?", ":p"), "", "p").WithList(0)
+	args := make([]any, 0, 3*len(removes))
+	for _, cp := range removes {
+		args = append(args, cp.e.Task, cp.e.Instance, cp.e.Version)
+	}
+	if returning == `` {
+		n, err := dialect.Count(tx.ExecContext(ctx, q, args...))
+		if err == nil && int(n) != len(removes) {
+			err = errPartial
+		}
+		for _, cp := range removes {
+			cp.written = err == nil
+		}
+		return err
+	}
+	rows, err := tx.QueryContext(ctx, q+returning, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	deleted := make(map[execKey]bool, len(removes))
+	for rows.Next() {
+		var k execKey
+		if err := rows.Scan(&k.task, &k.inst); err != nil {
+			return err
+		}
+		deleted[k] = true
+	}
+	for _, cp := range removes {
+		cp.written = deleted[execKey{cp.e.Task, cp.e.Instance}]
+	}
+	return rows.Err()
 }
 
 // writeOne writes one completion in tx and reports whether its version
