@@ -182,3 +182,28 @@ func TestDeleteUnresolvedAfterDeletesOnlyOldExecutionsOfUnknownTasks(t *testing.
 		}
 	})
 }
+
+func TestARefusedCompletionDoesNotRefuseTheOthersWrittenWithIt(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, b testdb.Backend) {
+		bl := newBlocker()
+		cfg := newTable(t, b, bl.task("job"))
+		cfg.Threads = 8
+		s := start(t, b, cfg)
+		for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
+			s.Schedule(ctxb, scheduler.Instance{Task: "job", ID: id}, time.Now())
+		}
+		for range 6 {
+			receive(t, bl.started, "start")
+		}
+		// Another node takes "c" while it runs here.
+		b.Exec(t, `UPDATE `+cfg.Table+` SET picked = true, picked_by = 'other', version = version + 1 WHERE task_instance = 'c'`)
+		close(bl.release) // the six complete together, in as few batches as they meet in
+		testdb.WaitFor(t, "the five others to be deleted", func() bool {
+			all, _ := s.List(ctxb, scheduler.Filter{})
+			return len(all) == 1
+		})
+		if e := row(t, s.Client, "job", "c"); e == nil || e.PickedBy != "other" {
+			t.Fatalf("the taken execution: %+v", e)
+		}
+	})
+}
