@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -261,4 +262,38 @@ func fmtIDs(ids []string) string {
 		s += id
 	}
 	return s + "]"
+}
+
+func TestScheduleBatchInsertsTheNewInstancesAndSkipsExistingOnes(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, b testdb.Backend) {
+		c := newClient(t, b, newTable(t, b))
+		at := time.Now().Add(time.Hour)
+		c.Schedule(ctxb, scheduler.Instance{Task: "t", ID: "3", Data: "old"}, at)
+		var insts []scheduler.Instance
+		for i := range 1200 { // three statements
+			insts = append(insts, scheduler.Instance{Task: "t", ID: fmt.Sprint(i), Data: i})
+		}
+		n, err := c.ScheduleBatch(ctxb, insts, at)
+		if err != nil || n != 1199 {
+			t.Fatalf("ScheduleBatch: %d, %v; want 1199 inserted", n, err)
+		}
+		if e := row(t, c, "t", "3"); string(e.Data) != `"old"` {
+			t.Fatalf("the existing execution's data: %s", e.Data)
+		}
+		if e := row(t, c, "t", "1199"); e == nil || string(e.Data) != "1199" {
+			t.Fatalf("the last: %+v", e)
+		}
+	})
+}
+
+func TestScheduleBatchWritesNothingWhenOneInstanceIsBad(t *testing.T) {
+	b := testdb.SQLite(t)
+	c := newClient(t, b, newTable(t, b))
+	_, err := c.ScheduleBatch(ctxb, []scheduler.Instance{{Task: "t", ID: "1"}, {Task: "t", ID: ""}}, time.Now())
+	if !errors.Is(err, scheduler.ErrInvalidInstance) {
+		t.Fatalf("ScheduleBatch: %v", err)
+	}
+	if all, _ := c.List(ctxb, scheduler.Filter{}); len(all) != 0 {
+		t.Fatalf("written: %d", len(all))
+	}
 }
