@@ -38,7 +38,9 @@ func (s *Scheduler) heartbeat() {
 	s.mu.Lock()
 	all := make([]*running, 0, len(s.held))
 	for _, r := range s.held {
-		all = append(all, r)
+		if !r.ending.Load() {
+			all = append(all, r)
+		}
 	}
 	s.mu.Unlock()
 	if len(all) == 0 {
@@ -55,7 +57,7 @@ func (s *Scheduler) heartbeat() {
 			if err != nil {
 				return err
 			}
-			if n == 0 {
+			if n == 0 && !r.ending.Load() { // not its own completion's doing
 				lost = append(lost, r)
 			}
 		}

@@ -46,6 +46,7 @@ func (s *Scheduler) execute(r *running) {
 		c = safeHandle(ctx, t, f)
 	}
 	cp := &completion{e: e, c: c, failure: failure}
+	r.ending.Store(true)
 	abandoned := !s.holds(r)
 	if !abandoned {
 		s.write(cp)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockreg/lockreg/internal/backoff"
@@ -62,6 +63,8 @@ type running struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	picked time.Time // host clock, for the schedule-to-start delay
+
+	ending atomic.Bool // its completion is being written: heartbeats leave it
 }
 
 // New returns a scheduler of db's table for cfg.Tasks. It does no I/O;
