@@ -2,7 +2,8 @@
 // completes the schema, lists and shows the leases of the lock table (who
 // holds what, since when, on which host), force-releases a lease, lists
 // PostgreSQL's waiters, lists, shows, expires and deletes the message groups
-// of groupstore/sqlstore, and deletes expired rows.
+// of groupstore/sqlstore, lists, shows, reschedules and cancels the
+// executions of package scheduler's table, and deletes expired rows.
 //
 // Install it with
 //
@@ -53,6 +54,10 @@ Usage:
   lockreg groups show KEY            one message group and its messages
   lockreg groups expire KEY          make a group due now: the handler's timeout runner expires it
   lockreg groups delete -force KEY   delete a group and its messages
+  lockreg tasks list [-task NAME] [-state all|due|picked|failing|waiting] [-limit N]
+  lockreg tasks show TASK INSTANCE   one execution of the scheduler's table, with its task_data
+  lockreg tasks reschedule (-at RFC3339|-in D) TASK INSTANCE  move an unpicked execution; it keeps its data
+  lockreg tasks cancel -force TASK INSTANCE  delete an unpicked execution
   lockreg cleanup [-groups-older-than D]  delete expired lock rows and finished groups
 
 Flags of every command:
@@ -60,6 +65,9 @@ Flags of every command:
   -region R     the region (default DEFAULT, Spring Integration's)
   -prefix P     the table prefix (default INT_)
   -json         print JSON instead of a table
+and of the tasks commands:
+  -table T      the scheduler's table (default scheduled_tasks)
+  -time-zone Z  MySQL/MariaDB: the zone of its DATETIME times (default UTC)
 
 The DSN picks the dialect: a postgres:// or postgresql:// URL is PostgreSQL,
 a go-sql-driver/mysql DSN (user:password@tcp(host:3306)/db, or mysql://
@@ -69,6 +77,8 @@ followed by one) is MySQL or MariaDB, anything else is a SQLite file path
 "locks release" does not tell the holder: it goes on working until its next
 renewal fails, while another client may take the lock; only the fencing
 token still protects the guarded data. Use it for holders known to be dead.
+"tasks reschedule" and "tasks cancel" refuse a picked execution: a scheduler
+is running it and would write its completion over the change.
 
 Exit status: 0 on success, 1 on failure, 2 on a usage error.
 `
@@ -237,6 +247,11 @@ var commands = map[string]func(ctx context.Context, args []string, out io.Writer
 	"groups show":   groupsShow,
 	"groups expire": groupsExpire,
 	"groups delete": groupsDelete,
+
+	"tasks list":       tasksList,
+	"tasks show":       tasksShow,
+	"tasks reschedule": tasksReschedule,
+	"tasks cancel":     tasksCancel,
 }
 
 func schemaApply(ctx context.Context, args []string, out io.Writer) error {
