@@ -36,6 +36,8 @@ func brief(r result) string {
 		return f(r.NsPerOp, 0) + " ns/op, " + f(r.BytesPerOp, 0) + " B/lock"
 	case r.Scenario == "contended":
 		return f(r.OpsPerSec, 0) + " acq/s, hand-off p50 " + f(r.HandP50ms, 2) + " ms, fairness " + f(r.Fairness, 2)
+	case r.Scenario == schedulerScenario:
+		return schedulerBrief(r)
 	case r.Scenario == perKeyScenario:
 		return perKeyBrief(r)
 	case r.Scenario == "aggregator" || r.Scenario == "resequencer":
@@ -145,6 +147,7 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 	section("resequencer", fmt.Sprintf("resequencer: groups of %d messages shuffled in blocks of %d groups, Handle called directly (ReleasePartialSequences %v)", groupSize, cfg.groupWindow, reseqPartial),
 		groupHeader, groupRow)
 	perKeySection(section)
+	schedulerSection(section, cfg, rs)
 	statementSection(w, rs)
 	fmt.Fprintln(w, "hand-off: time from the holder calling unlock to the next lock call of a different instance returning; \"early\" hand-offs returned before that unlock call did.")
 	fmt.Fprintln(w, "server exec µs/stmt: mean execution time of the benchmark database's statements (pg_stat_statements, -own-postgres), warm-up included; client µs/op beyond exec: the mean lock or unlock call less the server's execution time of the statements it sent (stmts/cycle ÷ 2 of them): driver, network, scheduling and commit.")

@@ -80,6 +80,11 @@ type result struct {
 	HandleRetries *int64 `json:"handle_retries,omitempty"`
 	FeedRanOut    bool   `json:"feed_ran_out,omitempty"`
 
+	// The scheduler scenario (scheduler.go): handler calls and the backlog
+	// drained; OpsPerSec is executions/s, StmtsPerOp per execution.
+	Executions *int64 `json:"executions,omitempty"`
+	Backlog    *int64 `json:"backlog,omitempty"`
+
 	// ServerUsPerStmt is the mean execution time of the benchmark
 	// database's statements (pg_stat_statements, over the instances' whole
 	// life); ServerStmts are those statements, by calls.
