@@ -57,18 +57,18 @@ func (s *Scheduler) execute(r *running) {
 	case abandoned:
 		outcome = "abandoned"
 		s.tel.log.Warn("scheduler: execution abandoned at Stop: it is unpicked for another node",
-			"task", e.Task, "instance", e.Instance)
+			"task", e.Task, "instance", e.Instance, "version", e.Version)
 	case cp.err != nil:
 		outcome = "unrecorded"
 		s.tel.log.Error("scheduler: completion not recorded; the execution is revived as dead later",
-			"task", e.Task, "instance", e.Instance, "err", cp.err)
+			"task", e.Task, "instance", e.Instance, "version", e.Version, "err", cp.err)
 	case !cp.written:
 		outcome = "refused"
 		s.tel.log.Warn("scheduler: completion refused: the execution was taken from this scheduler",
 			"task", e.Task, "instance", e.Instance, "version", e.Version)
 	case failure:
 		outcome = "failed"
-		s.tel.log.Warn("scheduler: execution failed", "task", e.Task, "instance", e.Instance,
+		s.tel.log.Warn("scheduler: execution failed", "task", e.Task, "instance", e.Instance, "version", e.Version,
 			"consecutive_failures", e.ConsecutiveFailures+1, "err", err)
 	}
 	s.tel.finished(e, outcome)

@@ -25,7 +25,7 @@ import (
 // The test binary re-executes itself as a child process that runs only
 // TestHelperProcess, configured by these environment variables.
 const (
-	helperEnv  = "LOCKREG_CHAOS_HELPER" // the child's job: "fuzz" or "hold"
+	helperEnv  = "LOCKREG_CHAOS_HELPER" // the child's job: "fuzz", "hold" or "scheduler"
 	driverEnv  = "LOCKREG_CHAOS_DRIVER"
 	dsnEnv     = "LOCKREG_CHAOS_DSN"
 	dialectEnv = "LOCKREG_CHAOS_DIALECT"
@@ -86,6 +86,8 @@ func TestHelperProcess(t *testing.T) {
 		err = childFuzz()
 	case "hold":
 		err = childHold()
+	case "scheduler":
+		err = childScheduler() // scheduler_child_test.go
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}
