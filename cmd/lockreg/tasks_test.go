@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	_ "time/tzdata" // Europe/Rome without the host's zoneinfo
 
 	"github.com/google/uuid"
 
@@ -260,7 +261,7 @@ func TestTasksTimeZoneReadsMySQLTimesInThatZone(t *testing.T) {
 		}
 		rome, err := time.LoadLocation("Europe/Rome")
 		if err != nil {
-			t.Skip(err)
+			t.Fatal(err) // time/tzdata, imported below, has every zone
 		}
 		tt := newTaskTable(t, tg, rome)
 		at := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
