@@ -2,130 +2,34 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/lockreg/lockreg/internal/dbscheduler"
 	"github.com/lockreg/lockreg/internal/testdb"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/scheduler"
 )
 
-// javaScheduler replays Java db-scheduler's statements (JdbcTaskRepository,
-// v16) statement for statement, with the parameters Java binds: the JVM's
-// clock, as OffsetDateTime UTC on PostgreSQL, as a Timestamp in the JVM's
-// zone on MySQL/MariaDB (UTC with alwaysPersistTimestampInUTC()), and on
-// SQLite as sqlite-jdbc stores a Timestamp by default, epoch milliseconds.
-type javaScheduler struct {
-	b     testdb.Backend
-	table string
-	name  string         // schedulerName, picked_by
-	loc   *time.Location // the JVM's zone on MySQL
-	lock  bool           // LOCK_AND_FETCH (S5, PostgreSQL) rather than FETCH (S3 + S4 + S1)
+// javaNode is a replay of a Java db-scheduler node on cfg's table (see
+// package internal/dbscheduler) that knows every task name.
+func javaNode(b testdb.Backend, cfg scheduler.Config, name string, loc *time.Location, lock bool) *dbscheduler.Node {
+	return &dbscheduler.Node{Dialect: b.Dialect, DB: b.DB, Table: cfg.Table, Name: name, Zone: loc, LockAndFetch: lock}
 }
 
-func (j *javaScheduler) ts(t time.Time) any {
-	t = t.Truncate(time.Microsecond)
-	switch j.b.Dialect {
-	case jdbc.Postgres:
-		return t.UTC()
-	case jdbc.MySQL:
-		return t.In(j.loc).Format("2006-01-02 15:04:05.999999")
-	}
-	return t.UnixMilli()
-}
-
-func (j *javaScheduler) exec(ctx context.Context, q string, args ...any) (int64, error) {
-	res, err := j.b.DB.ExecContext(ctx, j.b.Q(q), args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-// schedule is SchedulerClient.scheduleIfNotExists: S1, then S2.
-func (j *javaScheduler) schedule(ctx context.Context, task, inst, json string, at time.Time) error {
-	var n int
-	if err := j.b.DB.QueryRowContext(ctx, j.b.Q(`select count(*) from `+j.table+` where task_name = ? and task_instance = ?`), task, inst).Scan(&n); err != nil || n > 0 {
-		return err
-	}
-	_, err := j.exec(ctx, `insert into `+j.table+`(task_name, task_instance, task_data, execution_time, picked, version) values(?, ?, ?, ?, ?, ?)`,
-		task, inst, []byte(json), j.ts(at), false, int64(1))
-	return err
-}
-
-type javaRow struct {
-	task, inst string
-	version    int64
-}
-
-// poll fetches due executions once and runs each with run, completing it
-// as Java does: S8 (remove) guarded by the version it picked.
-func (j *javaScheduler) poll(ctx context.Context, run func(javaRow)) (int, error) {
-	var picked []javaRow
-	now := time.Now()
-	if j.lock {
-		q := `WITH locked_executions as (UPDATE ` + j.table + ` st1 SET picked = ?, picked_by = ?, last_heartbeat = ?, version = version + 1 ` +
-			`WHERE (st1.task_name, st1.task_instance) IN (SELECT st2.task_name, st2.task_instance FROM ` + j.table + ` st2 ` +
-			`WHERE picked = ? and execution_time <= ? ORDER BY execution_time ASC FOR UPDATE SKIP LOCKED LIMIT 30) RETURNING st1.*) ` +
-			`SELECT task_name, task_instance, version FROM locked_executions ORDER BY execution_time ASC`
-		rows, err := j.b.DB.QueryContext(ctx, j.b.Q(q), true, j.name, j.ts(now), false, j.ts(now))
-		if err != nil {
-			return 0, err
-		}
-		for rows.Next() {
-			var r javaRow
-			if err := rows.Scan(&r.task, &r.inst, &r.version); err != nil {
-				rows.Close()
-				return 0, err
-			}
-			picked = append(picked, r)
-		}
-		rows.Close()
-	} else {
-		rows, err := j.b.DB.QueryContext(ctx, j.b.Q(`select task_name, task_instance, version from `+j.table+
-			` where picked = ? and execution_time <= ? ORDER BY execution_time ASC LIMIT 30`), false, j.ts(now))
-		if err != nil {
-			return 0, err
-		}
-		var due []javaRow
-		for rows.Next() {
-			var r javaRow
-			if err := rows.Scan(&r.task, &r.inst, &r.version); err != nil {
-				rows.Close()
-				return 0, err
-			}
-			due = append(due, r)
-		}
-		rows.Close()
-		for _, r := range due { // S4, and S1 when it picked the row
-			n, err := j.exec(ctx, `update `+j.table+` set picked = ?, picked_by = ?, last_heartbeat = ?, version = version + 1 `+
-				`where picked = ? and task_name = ? and task_instance = ? and version = ?`,
-				true, j.name, j.ts(time.Now()), false, r.task, r.inst, r.version)
-			if err != nil {
-				return 0, err
-			}
-			if n == 1 {
-				if err := j.b.DB.QueryRowContext(ctx, j.b.Q(`select version from `+j.table+` where task_name = ? and task_instance = ?`),
-					r.task, r.inst).Scan(&r.version); err != nil {
-					return 0, err
-				}
-				picked = append(picked, r)
-			}
+// javaPoll is one Poll of j running each execution with run; a completion
+// that failed fails it.
+func javaPoll(ctx context.Context, j *dbscheduler.Node, run func(e *dbscheduler.Execution)) ([]*dbscheduler.Execution, error) {
+	picked, err := j.Poll(ctx, func(_ context.Context, e *dbscheduler.Execution) error { run(e); return nil })
+	for _, e := range picked {
+		if e.Completion != nil {
+			err = errors.Join(err, fmt.Errorf("Java: completion of %v: %w", e, e.Completion))
 		}
 	}
-	for _, r := range picked {
-		run(r)
-		n, err := j.exec(ctx, `delete from `+j.table+` where task_name = ? and task_instance = ? and version = ?`, r.task, r.inst, r.version)
-		if err != nil {
-			return 0, err
-		}
-		if n != 1 {
-			return 0, fmt.Errorf("Java: remove of %s/%s version %d affected %d rows: \"Indicates a bug.\"", r.task, r.inst, r.version, n)
-		}
-	}
-	return len(picked), nil
+	return picked, err
 }
 
 // strategies are the Java polling strategies of a backend: FETCH
@@ -146,7 +50,7 @@ func TestJavaAndGoSchedulersOnOneTableRunEachExecutionOnce(t *testing.T) {
 				note := func(inst string) { mu.Lock(); ran[inst]++; mu.Unlock() }
 				task := scheduler.OneTime("shared", func(ctx context.Context, e *scheduler.Execution) error { note(e.Instance); return nil })
 				cfg := newTable(t, b, task)
-				j := &javaScheduler{b: b, table: cfg.Table, name: "java-node-1", loc: time.UTC, lock: lock}
+				j := javaNode(b, cfg, "java-node-1", nil, lock)
 				c := newClient(t, b, cfg)
 				const n = 200
 				for i := range n {
@@ -154,7 +58,7 @@ func TestJavaAndGoSchedulersOnOneTableRunEachExecutionOnce(t *testing.T) {
 					if i%2 == 0 {
 						err = c.Schedule(ctxb, scheduler.Instance{Task: "shared", ID: fmt.Sprint(i), Data: i}, time.Now())
 					} else {
-						err = j.schedule(ctxb, "shared", fmt.Sprint(i), fmt.Sprint(i), time.Now())
+						_, err = j.Schedule(ctxb, "shared", fmt.Sprint(i), []byte(fmt.Sprint(i)), time.Now())
 					}
 					if err != nil {
 						t.Fatal(err)
@@ -170,7 +74,7 @@ func TestJavaAndGoSchedulersOnOneTableRunEachExecutionOnce(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for ctx.Err() == nil {
-						if _, err := j.poll(ctx, func(r javaRow) { note(r.inst) }); err != nil && ctx.Err() == nil {
+						if _, err := javaPoll(ctx, j, func(e *dbscheduler.Execution) { note(e.Instance) }); err != nil && ctx.Err() == nil {
 							javaErr = err
 							return
 						}
@@ -205,12 +109,12 @@ func TestGoReadsJavasTimesInTheJVMsZone(t *testing.T) {
 			loc = mustLoad(t, "Europe/Rome")
 			cfg.TimeZone = loc
 		}
-		j := &javaScheduler{b: b, table: cfg.Table, name: "java", loc: loc}
+		j := javaNode(b, cfg, "java", loc, false)
 		at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
-		if err := j.schedule(ctxb, "t", "later", `"x"`, at); err != nil {
+		if _, err := j.Schedule(ctxb, "t", "later", []byte(`"x"`), at); err != nil {
 			t.Fatal(err)
 		}
-		j.schedule(ctxb, "t", "now", `"y"`, time.Now().Add(-time.Second))
+		j.Schedule(ctxb, "t", "now", []byte(`"y"`), time.Now().Add(-time.Second))
 		c := newClient(t, b, cfg)
 		if e := row(t, c, "t", "later"); !e.Time.Equal(at) {
 			t.Fatalf("Go reads Java's %v as %v", at, e.Time)
@@ -234,9 +138,9 @@ func TestJavaFindsGosExecutionDueByItsOwnClock(t *testing.T) {
 		c := newClient(t, b, cfg)
 		c.Schedule(ctxb, scheduler.Instance{Task: "t", ID: "now"}, time.Now().Add(-time.Second))
 		c.Schedule(ctxb, scheduler.Instance{Task: "t", ID: "later"}, time.Now().Add(time.Hour))
-		j := &javaScheduler{b: b, table: cfg.Table, name: "java", loc: loc}
+		j := javaNode(b, cfg, "java", loc, false)
 		var got []string
-		if _, err := j.poll(ctxb, func(r javaRow) { got = append(got, r.inst) }); err != nil {
+		if _, err := javaPoll(ctxb, j, func(e *dbscheduler.Execution) { got = append(got, e.Instance) }); err != nil {
 			t.Fatal(err)
 		}
 		if fmt.Sprint(got) != "[now]" {
@@ -250,15 +154,65 @@ func TestGoRevivesAJavaExecutionWhoseNodeDied(t *testing.T) {
 		r := newRuns()
 		cfg := newTable(t, b, recorder("t", r))
 		cfg.HeartbeatInterval, cfg.MissedHeartbeats = 50*time.Millisecond, 2
-		j := &javaScheduler{b: b, table: cfg.Table, name: "java-dead", loc: time.UTC}
-		j.schedule(ctxb, "t", "1", `null`, time.Now().Add(-time.Hour))
-		// S4 an hour ago: the Java node picked it and died.
-		if _, err := j.exec(ctxb, `update `+j.table+` set picked = ?, picked_by = ?, last_heartbeat = ?, version = version + 1 `+
-			`where picked = ? and task_name = ? and task_instance = ? and version = ?`,
-			true, j.name, j.ts(time.Now().Add(-time.Hour)), false, "t", "1", int64(1)); err != nil {
+		// A Java node whose clock reads an hour ago picks it (S4) and dies
+		// in the handler, before its completion.
+		j := javaNode(b, cfg, "java-dead", nil, false)
+		j.Clock = func() time.Time { return time.Now().Add(-time.Hour) }
+		j.Schedule(ctxb, "t", "1", []byte(`null`), time.Now().Add(-2*time.Hour))
+		ctx, die := context.WithCancel(ctxb)
+		if _, err := j.Poll(ctx, func(ctx context.Context, _ *dbscheduler.Execution) error { die(); return ctx.Err() }); err != nil {
 			t.Fatal(err)
+		}
+		if e := row(t, newClient(t, b, cfg), "t", "1"); !e.Picked || e.PickedBy != "java-dead" {
+			t.Fatalf("the dead Java node's execution: picked %v by %q", e.Picked, e.PickedBy)
 		}
 		start(t, b, cfg)
 		testdb.WaitFor(t, "the revived execution", func() bool { return r.count("1") == 1 })
+	})
+}
+
+// The README's interop row: a Java node with stock settings that sees a
+// due row of a task name only Go runs blacklists the name and, once the
+// first row it saw was due more than deleteUnresolvedAfter (14 days) ago,
+// deletes every row of the name; with a long deleteUnresolvedAfter it
+// leaves them. Neither strategy leaves the row picked (LOCK_AND_FETCH
+// picks it and unpicks it, v16.12.0).
+func TestJavaDeletesTheRowsOfAGoOnlyTaskUnlessDeleteUnresolvedAfterIsLong(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, b testdb.Backend) {
+		for _, lock := range strategies(b) {
+			for _, keep := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/long-delete-unresolved-after=%v", map[bool]string{false: "fetch", true: "lock-and-fetch"}[lock], keep), func(t *testing.T) {
+					cfg := newTable(t, b)
+					c := newClient(t, b, cfg)
+					if err := c.Schedule(ctxb, scheduler.Instance{Task: "go-only", ID: "old"}, time.Now().Add(-15*24*time.Hour)); err != nil {
+						t.Fatal(err)
+					}
+					c.Schedule(ctxb, scheduler.Instance{Task: "go-only", ID: "later"}, time.Now().Add(time.Hour))
+					j := javaNode(b, cfg, "java", nil, lock)
+					j.Tasks = []string{"shared"}
+					if keep {
+						j.DeleteUnresolvedAfter = 36500 * 24 * time.Hour
+					}
+					before := row(t, c, "go-only", "old").Version
+					if picked, err := javaPoll(ctxb, j, func(*dbscheduler.Execution) {}); err != nil || len(picked) != 0 {
+						t.Fatalf("Java ran %v (%v)", picked, err)
+					}
+					if fmt.Sprint(j.Unresolved()) != "[go-only]" {
+						t.Fatalf("Java's unresolved names: %v", j.Unresolved())
+					}
+					if e := row(t, c, "go-only", "old"); e.Picked || (lock && e.Version != before+2) || (!lock && e.Version != before) {
+						t.Fatalf("after Java's poll the Go-only row is picked %v at version %d (was %d)", e.Picked, e.Version, before)
+					}
+					deleted, err := j.DeleteUnresolved(ctxb)
+					if err != nil {
+						t.Fatal(err)
+					}
+					left, _ := c.List(ctxb, scheduler.Filter{Task: "go-only"})
+					if keep && (deleted != 0 || len(left) != 2) || !keep && (deleted != 2 || len(left) != 0) {
+						t.Fatalf("Java deleted %d rows of the Go-only task, %d left", deleted, len(left))
+					}
+				})
+			}
+		}
 	})
 }
