@@ -65,6 +65,9 @@ type config struct {
 	rounds int
 	// schedBacklog is the scheduler scenario's pre-inserted due backlog.
 	schedBacklog int
+	// schedPoll is the polling interval of the polling scheduler
+	// contestants in the latency measurement.
+	schedPoll time.Duration
 }
 
 // lockScenarios run per lock contestant; the group scenarios (groups.go)
@@ -139,8 +142,9 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs.IntVar(&cfg.sqliteWorkers, "sqlite-workers", 4, "aggregator, resequencer: worker goroutines of the sqlite-1 variant")
 	fs.StringVar(&cfg.groupLockKind, "group-lock", "store", "aggregator, resequencer: the SQL variants' group lock: store (the group row's, in the store's transactions: Config.Locks nil) or registry (a lease in the lock table: Config.Locks a registry)")
 	fs.IntVar(&cfg.lockGroupCommit, "lock-group-commit", 0, "lockreg contestants: jdbc.WithGroupCommit (0: the repository's default, -1: off)")
-	fs.IntVar(&cfg.rounds, "rounds", 1, "lock scenarios, aggregator, resequencer: run each scenario this many times, every contestant (variant) once per round in turn, and report each one's median round by ops/s (a failed round, else the round with the most violations, if any has some, is reported instead)")
+	fs.IntVar(&cfg.rounds, "rounds", 1, "lock scenarios, aggregator, resequencer, scheduler: run each scenario this many times, every contestant (variant) once per round in turn, and report each one's median round by ops/s (a failed round, else the round with the most violations, if any has some, is reported instead)")
 	fs.IntVar(&cfg.schedBacklog, "scheduler-backlog", 0, "scheduler: due executions pre-inserted and drained by each contestant (default 100000, 5000 with -quick)")
+	fs.DurationVar(&cfg.schedPoll, "scheduler-poll", time.Second, "scheduler-latency: polling interval of the contestants that poll (lockreg-scheduler-poll and the db-scheduler replays; db-scheduler's default is 10s)")
 	fs.IntVar(&cfg.groupCommit, "group-commit", 0, "aggregator, resequencer: sqlstore.Config.GroupCommit of the SQL variants (0: the store's default, -1: off)")
 	fs.IntVar(&cfg.groupPool, "group-pool", 0, "aggregator, resequencer: pool size (MaxOpen = MaxIdle) per PostgreSQL instance (0: its workers)")
 	fs.BoolVar(&cfg.groupPartition, "group-partition", false, "aggregator, resequencer: the feed is partitioned by group among the instances (a broker's partitions keyed by correlation ID)")
@@ -194,8 +198,8 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 		fmt.Fprintf(errOut, "bench: -synchronous-commit %q: want on, off, local, remote_write or remote_apply\n", cfg.syncCommit)
 		return cfg, errors.New("usage")
 	}
-	if cfg.instances < 2 || cfg.goroutines < 1 || cfg.cacheKeys < 1 || cfg.memWorkers < 1 || cfg.pg1Workers < 1 || cfg.pg4Workers < 1 || cfg.groupPool < 0 || cfg.groupWindow < 1 || cfg.rounds < 1 || cfg.schedBacklog < 1 {
-		fmt.Fprintln(errOut, "bench: -instances must be ≥ 2; -goroutines, -cache-keys, -memory-workers, -pg1-workers, -pg4-workers, -group-window and -rounds ≥ 1, -group-pool ≥ 0")
+	if cfg.instances < 2 || cfg.goroutines < 1 || cfg.cacheKeys < 1 || cfg.memWorkers < 1 || cfg.pg1Workers < 1 || cfg.pg4Workers < 1 || cfg.groupPool < 0 || cfg.groupWindow < 1 || cfg.rounds < 1 || cfg.schedBacklog < 1 || cfg.schedPoll <= 0 {
+		fmt.Fprintln(errOut, "bench: -instances must be ≥ 2; -goroutines, -cache-keys, -memory-workers, -pg1-workers, -pg4-workers, -group-window, -rounds and -scheduler-backlog ≥ 1, -group-pool ≥ 0, -scheduler-poll > 0")
 		return cfg, errors.New("usage")
 	}
 	return cfg, nil

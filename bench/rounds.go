@@ -59,7 +59,8 @@ func lockRound(ctx context.Context, e *env, cfg config, s string, want func(stri
 // rounds of one scenario: a failed or skipped round if there is one, else
 // the round with the most violations if any has some (neither is ever
 // hidden), for safety that worst round, else the median round by ops/s
-// (the lower of the middle two for an even count).
+// (the lower of the middle two for an even count); for scheduler-latency
+// the median round by start p50 (the higher of the middle two).
 func pickRound(rs []result) result {
 	for _, r := range rs {
 		if r.Skipped != "" {
@@ -80,7 +81,7 @@ func pickRound(rs []result) result {
 		return worst
 	}
 	slices.SortStableFunc(rs, func(a, b result) int {
-		x, y := derefF(a.OpsPerSec), derefF(b.OpsPerSec)
+		x, y := rank(a), rank(b)
 		switch {
 		case x < y:
 			return -1
@@ -104,4 +105,13 @@ func derefF(p *float64) float64 {
 		return 0
 	}
 	return *p
+}
+
+// rank orders the rounds of a result for pickRound: by ops/s, or by
+// minus the start p50 where the result has one (scheduler-latency).
+func rank(r result) float64 {
+	if r.StartP50ms != nil {
+		return -*r.StartP50ms
+	}
+	return derefF(r.OpsPerSec)
 }

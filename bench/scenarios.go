@@ -80,10 +80,22 @@ type result struct {
 	HandleRetries *int64 `json:"handle_retries,omitempty"`
 	FeedRanOut    bool   `json:"feed_ran_out,omitempty"`
 
-	// The scheduler scenario (scheduler.go): handler calls and the backlog
-	// drained; OpsPerSec is executions/s, StmtsPerOp per execution.
+	// The scheduler scenarios (scheduler*.go): handler calls, and the
+	// executions scheduled (the drain's backlog); OpsPerSec is
+	// executions/s, StmtsPerOp and CommitsPerOp per execution, over the
+	// measured window; Violations count executions run twice, never, or
+	// not scheduled. Wake says how the instances learn of new executions.
 	Executions *int64 `json:"executions,omitempty"`
 	Backlog    *int64 `json:"backlog,omitempty"`
+	Wake       string `json:"wake,omitempty"`
+	// StartP50ms and StartP99ms (scheduler-latency) are the times from the
+	// return of a schedule's commit to the start of its handler, over
+	// Samples executions; StartEarly of them started before the commit
+	// returned, and count 0.
+	StartP50ms *float64 `json:"start_p50_ms,omitempty"`
+	StartP99ms *float64 `json:"start_p99_ms,omitempty"`
+	Samples    *int64   `json:"samples,omitempty"`
+	StartEarly *int64   `json:"started_before_commit_returned,omitempty"`
 
 	// ServerUsPerStmt is the mean execution time of the benchmark
 	// database's statements (pg_stat_statements, over the instances' whole
