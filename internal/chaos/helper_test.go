@@ -25,7 +25,7 @@ import (
 // The test binary re-executes itself as a child process that runs only
 // TestHelperProcess, configured by these environment variables.
 const (
-	helperEnv  = "LOCKREG_CHAOS_HELPER" // the child's job: "fuzz", "hold" or "scheduler"
+	helperEnv  = "LOCKREG_CHAOS_HELPER" // the child's job: "fuzz", "hold", "scheduler" or "dbscheduler"
 	driverEnv  = "LOCKREG_CHAOS_DRIVER"
 	dsnEnv     = "LOCKREG_CHAOS_DSN"
 	dialectEnv = "LOCKREG_CHAOS_DIALECT"
@@ -88,6 +88,8 @@ func TestHelperProcess(t *testing.T) {
 		err = childHold()
 	case "scheduler":
 		err = childScheduler() // scheduler_child_test.go
+	case "dbscheduler":
+		err = childDBScheduler() // scheduler_java_test.go
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}

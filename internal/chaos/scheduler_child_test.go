@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,14 +31,18 @@ import (
 //	sched ready
 //	sched outcome KIND TASK INSTANCE VERSION   (refused, unrecorded, failed, abandoned)
 //	sched violation TASK INSTANCE VERSION      (a second run under one pick version)
+//	sched revived TASK INSTANCE VERSION BY     (a dead execution it revived, picked by BY)
 //	sched stopped ERR
 //
 // It runs until its standard input closes, then stops its scheduler
-// gracefully.
+// gracefully. With zoneEnv set, its MySQL/MariaDB times are in that zone
+// (Config.TimeZone). A db-scheduler child (mode "dbscheduler",
+// scheduler_java_test.go) reports in the same lines.
 const (
 	tableEnv    = "LOCKREG_CHAOS_TABLE"
 	scheduleEnv = "LOCKREG_CHAOS_SCHEDULE"
 	handleEnv   = "LOCKREG_CHAOS_HANDLE"
+	zoneEnv     = "LOCKREG_CHAOS_ZONE"
 	schedPrefix = "sched "
 
 	schedOnce = "chaos-once"
@@ -83,26 +88,30 @@ func (outcomeLog) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h outcomeLog) Handle(_ context.Context, r slog.Record) error {
 	kind, ok := outcomeKinds[r.Message]
+	if r.Message == "scheduler: dead execution handled" {
+		h.report("revived %s %s %s %s", h.attr(r, "task"), h.attr(r, "instance"), h.attr(r, "version"), cmp.Or(h.attr(r, "picked_by"), "-"))
+		return nil
+	}
 	if !ok {
 		if r.Level >= slog.LevelWarn {
 			fmt.Fprintf(os.Stderr, "%s %s\n", r.Message, h.text(r))
 		}
 		return nil
 	}
-	var task, inst, version string
+	h.report("outcome %s %s %s %s", kind, h.attr(r, "task"), h.attr(r, "instance"), h.attr(r, "version"))
+	return nil
+}
+
+// attr is the value of r's attribute key, "" when it has none.
+func (outcomeLog) attr(r slog.Record, key string) (v string) {
 	r.Attrs(func(a slog.Attr) bool {
-		switch a.Key {
-		case "task":
-			task = a.Value.String()
-		case "instance":
-			inst = a.Value.String()
-		case "version":
-			version = a.Value.String()
+		if a.Key == key {
+			v = a.Value.String()
+			return false
 		}
 		return true
 	})
-	h.report("outcome %s %s %s %s", kind, task, inst, version)
-	return nil
+	return v
 }
 
 func (h outcomeLog) text(r slog.Record) string {
@@ -129,13 +138,8 @@ func childScheduler() error {
 	// Idle connections are kept: handlers, completions and heartbeats use
 	// up to Threads+3 at once.
 	c.b.DB.SetMaxIdleConns(c.workers + 4)
-	var outMu sync.Mutex
-	report := func(format string, args ...any) {
-		outMu.Lock()
-		defer outMu.Unlock()
-		fmt.Printf(schedPrefix+format+"\n", args...)
-	}
-	work, err := time.ParseDuration(os.Getenv(handleEnv))
+	report := newReporter()
+	work, zone, err := c.schedEnv()
 	if err != nil {
 		return err
 	}
@@ -143,20 +147,8 @@ func childScheduler() error {
 	if err != nil {
 		return err
 	}
-	insert := c.b.Q(`INSERT INTO chaos_sched_run (run, task, inst, version, proc, due) VALUES (?, ?, ?, ?, ?, ?)`)
 	run := func(ctx context.Context, e *scheduler.Execution) error {
-		if _, err := c.b.DB.ExecContext(ctx, insert, c.run, e.Task, e.Instance, e.Version, c.proc, e.Time.UnixMilli()); err != nil {
-			if isDuplicate(err) {
-				report("violation %s %s %d", e.Task, e.Instance, e.Version)
-			}
-			return err // not run: retried
-		}
-		select {
-		case <-time.After(work):
-			return nil
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
+		return c.recordRun(ctx, report, work, e.Task, e.Instance, e.Version, e.Time)
 	}
 	retry := scheduler.OnFailure(scheduler.RetryAfter(100 * time.Millisecond))
 	cfg := schedConfig(c.b, os.Getenv(tableEnv),
@@ -164,6 +156,7 @@ func childScheduler() error {
 		scheduler.Recurring(schedTick, sched, run))
 	cfg.Name = fmt.Sprintf("chaos-sched-%d", c.proc)
 	cfg.Threads = c.workers
+	cfg.TimeZone = zone
 	cfg.Logger = slog.New(outcomeLog{report: report})
 	if c.b.Dialect == jdbc.Postgres {
 		cfg.Listener = pgxlisten.New(c.b.DB)
@@ -182,6 +175,49 @@ func childScheduler() error {
 	err = s.Stop(ctx)
 	report("stopped %v", err)
 	return err
+}
+
+// newReporter returns the function that prints a child's report lines,
+// safe for concurrent use.
+func newReporter() func(format string, args ...any) {
+	var mu sync.Mutex
+	return func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Printf(schedPrefix+format+"\n", args...)
+	}
+}
+
+// schedEnv reads a scheduler child's handler work time and zone (nil when
+// zoneEnv is not set).
+func (c *child) schedEnv() (work time.Duration, zone *time.Location, err error) {
+	if work, err = time.ParseDuration(os.Getenv(handleEnv)); err != nil {
+		return 0, nil, err
+	}
+	if z := os.Getenv(zoneEnv); z != "" {
+		zone, err = time.LoadLocation(z)
+	}
+	return work, zone, err
+}
+
+// recordRun is the handler of both kinds of scheduler child: it records
+// the run of task's instance under its pick version in chaos_sched_run,
+// reporting a violation when that version ran already, then works for
+// work. An error leaves the execution not run, to be retried.
+func (c *child) recordRun(ctx context.Context, report func(string, ...any), work time.Duration, task, inst string, version int64, due time.Time) error {
+	if _, err := c.b.DB.ExecContext(ctx, c.b.Q(`INSERT INTO chaos_sched_run (run, task, inst, version, proc, due) VALUES (?, ?, ?, ?, ?, ?)`),
+		c.run, task, inst, version, c.proc, due.UnixMilli()); err != nil {
+		if isDuplicate(err) {
+			report("violation %s %s %d", task, inst, version)
+		}
+		return err
+	}
+	select {
+	case <-time.After(work):
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // parseSchedule is scheduler.Parse, and CRON|expr for a cron schedule in

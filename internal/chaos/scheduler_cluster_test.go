@@ -169,6 +169,7 @@ type schedCluster struct {
 	b      testdb.Backend
 	run    string
 	table  string
+	zone   *time.Location // the Go schedulers' TimeZone, the JVM's zone; nil for none
 	client *scheduler.Client
 
 	mu    sync.Mutex
@@ -187,16 +188,25 @@ type schedProc struct {
 	killed   bool
 	mu       sync.Mutex
 	outcomes map[string]string // "task instance version" -> kind
+	revived  []string          // "task instance version picked_by" of each dead execution it revived
 	bad      []string          // violations, and a Stop that failed
 	stopped  bool
 }
 
 func newSchedCluster(t *testing.T, b testdb.Backend) *schedCluster {
+	return newZonedSchedCluster(t, b, nil)
+}
+
+// newZonedSchedCluster is newSchedCluster with the Go schedulers and the
+// client writing MySQL/MariaDB times in zone (Config.TimeZone), as a JVM
+// in zone does without alwaysPersistTimestampInUTC(); nil for UTC.
+func newZonedSchedCluster(t *testing.T, b testdb.Backend, zone *time.Location) *schedCluster {
 	t.Helper()
 	id := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
-	c := &schedCluster{t: t, b: b, run: "chaos-" + id, table: "chaos_st_" + id, procs: map[int]*schedProc{}}
+	c := &schedCluster{t: t, b: b, run: "chaos-" + id, table: "chaos_st_" + id, zone: zone, procs: map[int]*schedProc{}}
 	b.Exec(t, schedRunTable)
 	cfg := schedConfig(b, c.table)
+	cfg.TimeZone = zone
 	if err := scheduler.CreateSchema(context.Background(), b.DB, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -246,9 +256,21 @@ func (c *schedCluster) vacuum() {
 // handlers' work time, and waits until its scheduler runs.
 func (c *schedCluster) start(i int, schedule string, work time.Duration) {
 	c.t.Helper()
-	ch := child{mode: "scheduler", b: c.b, run: c.run, proc: i, workers: 8, ttl: schedHeartbeat(c.b)}
+	c.startChild(i, "scheduler", work, scheduleEnv+"="+schedule)
+}
+
+// startChild starts process i in mode (a child of scheduler_child_test.go)
+// on the cluster's table with the handlers' work time and env, and waits
+// until it runs.
+func (c *schedCluster) startChild(i int, mode string, work time.Duration, env ...string) {
+	c.t.Helper()
+	ch := child{mode: mode, b: c.b, run: c.run, proc: i, workers: 8, ttl: schedHeartbeat(c.b)}
 	cmd := ch.command(context.Background())
-	cmd.Env = append(cmd.Env, tableEnv+"="+c.table, scheduleEnv+"="+schedule, handleEnv+"="+work.String())
+	cmd.Env = append(cmd.Env, tableEnv+"="+c.table, handleEnv+"="+work.String())
+	if c.zone != nil {
+		cmd.Env = append(cmd.Env, zoneEnv+"="+c.zone.String())
+	}
+	cmd.Env = append(cmd.Env, env...)
 	p := &schedProc{index: i, cmd: cmd, ready: make(chan struct{}), done: make(chan struct{}), outcomes: map[string]string{}}
 	cmd.Stderr = &lockedWriter{mu: &p.mu, w: &p.stderr}
 	stdout, err := cmd.StdoutPipe()
@@ -303,6 +325,8 @@ func (p *schedProc) read(r io.Reader) {
 			close(p.ready)
 		case f[0] == "outcome" && len(f) == 5:
 			p.outcomes[strings.Join(f[2:], " ")] = f[1]
+		case f[0] == "revived" && len(f) == 5:
+			p.revived = append(p.revived, strings.Join(f[1:], " "))
 		case f[0] == "violation":
 			p.bad = append(p.bad, line)
 		case f[0] == "stopped":
@@ -639,14 +663,16 @@ func (c *schedCluster) checkRefused(runs []*schedRun, i int, held []*scheduler.E
 // summary counts the processes' outcomes, for the log.
 func (c *schedCluster) summary() string {
 	counts := map[string]int{}
+	revived := 0
 	for i := range 8 {
 		if p := c.proc(i); p != nil {
 			p.mu.Lock()
 			for _, o := range p.outcomes {
 				counts[o]++
 			}
+			revived += len(p.revived)
 			p.mu.Unlock()
 		}
 	}
-	return fmt.Sprintf("outcomes other than success: %v", counts)
+	return fmt.Sprintf("outcomes other than success: %v; dead executions revived: %d", counts, revived)
 }
