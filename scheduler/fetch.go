@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"time"
-
-	"github.com/lockreg/lockreg/internal/dialect"
 )
 
 // pick picks up to n due executions in one statement (PostgreSQL, SQLite)
@@ -107,25 +105,18 @@ func (s *Scheduler) nextDue() time.Time {
 }
 
 // unpick unpicks executions taken from held, each guarded by its version,
-// in one transaction, and returns how many it unpicked.
+// in one statement per maxGuarded, and returns how many it unpicked.
 func (s *Scheduler) unpick(all []*running) int {
 	if len(all) == 0 {
 		return 0
 	}
 	ctx, cancel := ioCtx()
 	defer cancel()
-	n := 0
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		n = 0
-		for _, r := range all {
-			c, err := dialect.Count(tx.ExecContext(ctx, s.sql.unpick.SQL, s.sql.args(s.sql.unpick, vals{task: r.e.Task, inst: r.e.Instance, version: r.e.Version})...))
-			if err != nil {
-				return err
-			}
-			n += int(c)
-		}
-		return nil
-	})
+	es := make([]*Execution, len(all))
+	for i, r := range all {
+		es[i] = r.e
+	}
+	_, n, err := s.guarded(ctx, s.db, s.sql.unpick, es)
 	if err != nil {
 		s.tel.log.Error("scheduler: unpick at stop failed; the executions are revived as dead later",
 			"scheduler", s.cfg.Name, "executions", len(all), "err", err)

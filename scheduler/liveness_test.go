@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockreg/lockreg/internal/testdb"
+	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/scheduler"
 )
 
@@ -207,3 +208,49 @@ func TestARefusedCompletionDoesNotRefuseTheOthersWrittenWithIt(t *testing.T) {
 		}
 	})
 }
+
+func TestAReviveSkipsARowAnotherTransactionHoldsAndHeartbeatsGoOn(t *testing.T) {
+	testdb.ForEachWhere(t, hasRowLocks, func(t *testing.T, b testdb.Backend) {
+		bl := newBlocker()
+		cfg := newTable(t, b, bl.task("job"))
+		cfg.HeartbeatInterval, cfg.MissedHeartbeats = 50*time.Millisecond, 2
+		c := newClient(t, b, cfg)
+		c.Schedule(ctxb, scheduler.Instance{Task: "job", ID: "held"}, time.Now())
+		// Dead by the database's clock, and held by a transaction of a node
+		// that paused inside it.
+		b.Exec(t, `UPDATE `+cfg.Table+` SET picked = true, picked_by = 'paused-node', version = 3, last_heartbeat = `+ago(b, time.Hour))
+		tx, err := b.DB.BeginTx(ctxb, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctxb, b.Q(`SELECT task_instance FROM `+cfg.Table+` WHERE task_name = ? AND task_instance = ? FOR UPDATE`), "job", "held"); err != nil {
+			t.Fatal(err)
+		}
+		s := start(t, b, cfg)
+		if err := s.Schedule(ctxb, scheduler.Instance{Task: "job", ID: "running"}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if e := receive(t, bl.started, "start of the other execution"); e.Instance != "running" {
+			t.Fatalf("started %+v first, want the unlocked execution", e)
+		}
+		// A revive that waited for the lock would stop the liveness loop,
+		// and with it the heartbeats of what this scheduler runs.
+		beats := map[time.Time]bool{}
+		testdb.WaitFor(t, "ten heartbeats of the running execution while the dead one is held", func() bool {
+			beats[row(t, c, "job", "running").LastHeartbeat] = true
+			return len(beats) >= 10
+		})
+		if h := row(t, c, "job", "held"); h.PickedBy != "paused-node" || h.Version != 3 {
+			t.Fatalf("the held row was written through its lock: %+v", h)
+		}
+		tx.Rollback()
+		if e := receive(t, bl.started, "run of the revived execution"); e.Instance != "held" || e.Version != 5 {
+			t.Fatalf("after the lock: %+v, want the held execution revived (version 4) and picked (5)", e)
+		}
+		close(bl.release)
+	})
+}
+
+// hasRowLocks reports whether b's writers lock rows, not the database.
+func hasRowLocks(b testdb.Backend) bool { return b.Dialect != jdbc.SQLite }

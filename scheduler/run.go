@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/lockreg/lockreg/internal/dialect"
@@ -200,51 +199,18 @@ func (s *Scheduler) removeBatch(ctx context.Context, tx *sql.Tx, removes []*comp
 	if len(removes) == 0 {
 		return nil
 	}
-	row, returning := `(?, ?, ?)`, ` RETURNING task_name, task_instance`
-	switch s.cfg.d.Name {
-	case "postgres":
-		row = `(CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT))`
-	case "mysql":
-		returning = ``
+	es := make([]*Execution, len(removes))
+	for i, cp := range removes {
+		es[i] = cp.e
 	}
-	q := `DELETE FROM ` + s.cfg.Table + ` WHERE (task_name, task_instance, version) IN (VALUES ` +
-		strings.TrimSuffix(strings.Repeat(row+`, `, len(removes)), `, `) + `)`
-	if s.cfg.d.Name == "mysql" {
-		q = `DELETE FROM ` + s.cfg.Table + ` WHERE (task_name, task_instance, version) IN (` +
-			strings.TrimSuffix(strings.Repeat(row+`, `, len(removes)), `, `) + `)`
-	}
-	q = s.cfg.d.MustCompile(strings.ReplaceAll(q, "?", ":p"), "", "p").WithList(0)
-	args := make([]any, 0, 3*len(removes))
-	for _, cp := range removes {
-		args = append(args, cp.e.Task, cp.e.Instance, cp.e.Version)
-	}
-	if returning == `` {
-		n, err := dialect.Count(tx.ExecContext(ctx, q, args...))
-		if err == nil && int(n) != len(removes) {
-			err = errPartial
-		}
-		for _, cp := range removes {
-			cp.written = err == nil
-		}
-		return err
-	}
-	rows, err := tx.QueryContext(ctx, q+returning, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	deleted := make(map[execKey]bool, len(removes))
-	for rows.Next() {
-		var k execKey
-		if err := rows.Scan(&k.task, &k.inst); err != nil {
-			return err
-		}
-		deleted[k] = true
+	deleted, n, err := s.guarded(ctx, tx, s.sql.removeIn, es)
+	if err == nil && deleted == nil && n != len(removes) {
+		err = errPartial
 	}
 	for _, cp := range removes {
-		cp.written = deleted[execKey{cp.e.Task, cp.e.Instance}]
+		cp.written = err == nil && (deleted == nil || deleted[execKey{cp.e.Task, cp.e.Instance}])
 	}
-	return rows.Err()
+	return err
 }
 
 // writeOne writes one completion in tx and reports whether its version

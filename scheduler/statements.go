@@ -34,10 +34,11 @@ var allParams = []string{pTask, pInst, pData, pAt, pBy, pVersion, pN, pDelay, pT
 type statements struct {
 	s *settled
 
-	insert, get, heartbeat, unpick, remove dialect.Query
-	pick, pickSelect, pickUpdate           dialect.Query // pick (PostgreSQL, SQLite) or pickSelect+pickUpdate (MySQL)
-	dead, nextDue, unresolved, due         dialect.Query
-	reschedule, cancel, rescheduleData     dialect.Query // the client's, on unpicked rows
+	insert, get, remove, lockRow       dialect.Query
+	heartbeat, unpick, removeIn        dialect.Query // heads of guarded statements, ending in WHERE
+	pick, pickSelect, pickUpdate       dialect.Query // pick (PostgreSQL, SQLite) or pickSelect+pickUpdate (MySQL)
+	dead, nextDue, unresolved, due     dialect.Query
+	reschedule, cancel, rescheduleData dialect.Query // the client's, on unpicked rows
 
 	mu    sync.Mutex
 	compl map[complKey]dialect.Query // completions by kind
@@ -77,10 +78,15 @@ func (s *settled) compile() *statements {
 	}
 	key := `task_name = :task AND task_instance = :inst`
 	st.get = c(`SELECT ` + columns + ` FROM {t} WHERE ` + key)
-	st.heartbeat = c(`UPDATE {t} SET last_heartbeat = @now WHERE ` + key + ` AND version = :version`)
-	st.unpick = c(`UPDATE {t} SET picked = false, picked_by = NULL, last_heartbeat = NULL, version = version + 1 WHERE ` +
-		key + ` AND version = :version`)
+	st.heartbeat = c(`UPDATE {t} SET last_heartbeat = @now WHERE `)
+	st.unpick = c(`UPDATE {t} SET picked = false, picked_by = NULL, last_heartbeat = NULL, version = version + 1 WHERE `)
+	st.removeIn = c(`DELETE FROM {t} WHERE `)
 	st.remove = c(`DELETE FROM {t} WHERE ` + key + ` AND version = :version`)
+	if s.d.Name != "sqlite" {
+		// A revive skips a row another transaction holds (a paused node's
+		// heartbeat or completion) rather than wait for it.
+		st.lockRow = c(`SELECT 1 FROM {t} WHERE ` + key + ` AND version = :version FOR UPDATE SKIP LOCKED`)
+	}
 	st.reschedule = c(`UPDATE {t} SET execution_time = :at, version = version + 1 WHERE ` + key + ` AND picked = false`)
 	st.rescheduleData = c(`UPDATE {t} SET execution_time = :at, task_data = :data, version = version + 1 WHERE ` + key + ` AND picked = false`)
 	st.cancel = c(`DELETE FROM {t} WHERE ` + key + ` AND picked = false`)
@@ -97,8 +103,8 @@ func (s *settled) compile() *statements {
 			due + ` ORDER BY ` + order + ` LIMIT :n FOR UPDATE SKIP LOCKED) RETURNING ` + columns)
 	case "mysql":
 		st.pickSelect = cl(`SELECT ` + columns + ` FROM {t} WHERE ` + due + ` ORDER BY ` + order + ` LIMIT :n FOR UPDATE SKIP LOCKED`)
-		// The pairs follow, as tuples(n): Compile's {list} has one value each.
-		st.pickUpdate = c(`UPDATE {t} ` + set + ` WHERE picked = false AND (task_name, task_instance) IN `)
+		// The keys follow, as tuples(n): Compile's {list} has one value each.
+		st.pickUpdate = c(`UPDATE {t} ` + set + ` WHERE picked = false AND `)
 	default:
 		st.pick = cl(`UPDATE {t} ` + set + ` WHERE rowid IN (SELECT rowid FROM {t} WHERE ` + due + ` ORDER BY ` + order +
 			` LIMIT :n) RETURNING ` + columns)
@@ -202,7 +208,9 @@ func (s *settled) channel() string {
 	return c
 }
 
-// tuples returns "((?, ?), (?, ?)...)" for n pairs: MySQL's placeholders.
+// tuples returns "((task_name = ? AND task_instance = ?) OR ...)" for n
+// keys: MySQL's placeholders. MariaDB reads a row IN of one tuple with a
+// full scan, locking every row; a disjunction of keys is a range read.
 func tuples(n int) string {
-	return "(" + strings.TrimSuffix(strings.Repeat("(?, ?), ", n), ", ") + ")"
+	return "(" + strings.TrimSuffix(strings.Repeat("(task_name = ? AND task_instance = ?) OR ", n), " OR ") + ")"
 }
