@@ -96,6 +96,10 @@ type result struct {
 	StartP99ms *float64 `json:"start_p99_ms,omitempty"`
 	Samples    *int64   `json:"samples,omitempty"`
 	StartEarly *int64   `json:"started_before_commit_returned,omitempty"`
+	// Queued (scheduler-continuous) is the executions scheduled and not
+	// yet run at the end of the measured window: near 0, the producer,
+	// not the contestant, set the rate.
+	Queued *int64 `json:"queued_at_end,omitempty"`
 
 	// ServerUsPerStmt is the mean execution time of the benchmark
 	// database's statements (pg_stat_statements, over the instances' whole

@@ -29,7 +29,8 @@ type measured struct {
 	a, b      snapshot
 	scheduled int
 	latencies []time.Duration
-	early     int64 // latency: handlers that started before the schedule's commit returned
+	early     int64  // latency: handlers that started before the schedule's commit returned
+	queued    *int64 // continuous: executions scheduled and not yet run at the window's end
 }
 
 // fill writes m into res: rates and counts per execution over the
@@ -47,6 +48,7 @@ func (m measured) fill(res *result, t *tally, errs int64) {
 		res.StmtsPerOp = fp(float64(m.b.stmts-m.a.stmts) / float64(n))
 		res.CommitsPerOp = fp(float64(m.b.commits-m.a.commits) / float64(n))
 	}
+	res.Queued = m.queued
 	if len(m.latencies) > 0 {
 		res.StartP50ms, res.StartP99ms = ms(pct(m.latencies, 50)), ms(pct(m.latencies, 99))
 		res.Samples, res.StartEarly = ip(int64(len(m.latencies))), ip(m.early)
@@ -125,6 +127,7 @@ func runContinuous(ctx context.Context, sys schedSystem, t *tally, cfg config) (
 		err = sleep(ctx, cfg.duration)
 	}
 	m.b = snap(sys)
+	m.queued = ip(scheduled.Load() - m.b.done)
 	stop.Store(true)
 	wg.Wait()
 	if err == nil && perr != nil {

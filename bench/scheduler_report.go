@@ -55,9 +55,9 @@ func schedulerSection(section func(s, title, header string, row func(r result) s
 		})
 	section(schedContScenario, fmt.Sprintf("scheduler-continuous: producers keep up to %d executions due now queued, %v warm-up + %v measured, %s",
 		min(schedQueued, cfg.schedBacklog), cfg.warmup, cfg.duration, shape),
-		"| contestant | executions/s (steady state) | run / scheduled | stmts/exec (client) | commits/exec (client) | vs river | vs dbscheduler-fetch | errors | violations | wake-up |",
+		"| contestant | executions/s (steady state) | run / scheduled | queued at end | stmts/exec (client) | commits/exec (client) | vs river | vs dbscheduler-fetch | errors | violations | wake-up |",
 		func(r result) string {
-			return strings.Join([]string{f(r.OpsPerSec, 0), i64(r.Executions) + " / " + i64(r.Backlog), f(r.StmtsPerOp, 2),
+			return strings.Join([]string{f(r.OpsPerSec, 0), i64(r.Executions) + " / " + i64(r.Backlog), i64(r.Queued), f(r.StmtsPerOp, 2),
 				f(r.CommitsPerOp, 2), ratio(r, "river"), ratio(r, "dbscheduler-fetch"), i64(r.Errors), i64(r.Violations), r.Wake}, " | ")
 		})
 	section(schedLatScenario, fmt.Sprintf("scheduler-latency: %d executions/s due now, one per statement, commit of the schedule to start of the handler, %v warm-up + %v measured, %s",
