@@ -128,27 +128,53 @@ func (h outcomeLog) WithAttrs(as []slog.Attr) slog.Handler {
 }
 func (h outcomeLog) WithGroup(string) slog.Handler { return h }
 
+// schedChild is, in a scheduler or db-scheduler child, the child with its
+// database open, its report lines, its handlers' work time and its zone
+// (nil when zoneEnv is not set).
+type schedChild struct {
+	*child
+	report func(format string, args ...any)
+	work   time.Duration
+	zone   *time.Location
+}
+
+// readSchedChild reads a scheduler or db-scheduler child's environment;
+// the caller closes c.b.DB.
+func readSchedChild() (*schedChild, error) {
+	ch, err := readChildEnv()
+	if err != nil {
+		return nil, err
+	}
+	c := &schedChild{child: ch, report: newReporter()}
+	if c.work, err = time.ParseDuration(os.Getenv(handleEnv)); err == nil {
+		if z := os.Getenv(zoneEnv); z != "" {
+			c.zone, err = time.LoadLocation(z)
+		}
+	}
+	if err != nil {
+		ch.b.DB.Close()
+		return nil, err
+	}
+	// Idle connections are kept: handlers, completions and heartbeats use
+	// up to Threads+3 at once.
+	c.b.DB.SetMaxIdleConns(c.workers + 4)
+	return c, nil
+}
+
 // childScheduler is the body of a scheduler child.
 func childScheduler() error {
-	c, err := readChildEnv()
+	c, err := readSchedChild()
 	if err != nil {
 		return err
 	}
 	defer c.b.DB.Close()
-	// Idle connections are kept: handlers, completions and heartbeats use
-	// up to Threads+3 at once.
-	c.b.DB.SetMaxIdleConns(c.workers + 4)
-	report := newReporter()
-	work, zone, err := c.schedEnv()
-	if err != nil {
-		return err
-	}
+	report := c.report
 	sched, err := parseSchedule(os.Getenv(scheduleEnv))
 	if err != nil {
 		return err
 	}
 	run := func(ctx context.Context, e *scheduler.Execution) error {
-		return c.recordRun(ctx, report, work, e.Task, e.Instance, e.Version, e.Time)
+		return c.recordRun(ctx, e.Task, e.Instance, e.Version, e.Time)
 	}
 	retry := scheduler.OnFailure(scheduler.RetryAfter(100 * time.Millisecond))
 	cfg := schedConfig(c.b, os.Getenv(tableEnv),
@@ -156,7 +182,7 @@ func childScheduler() error {
 		scheduler.Recurring(schedTick, sched, run))
 	cfg.Name = fmt.Sprintf("chaos-sched-%d", c.proc)
 	cfg.Threads = c.workers
-	cfg.TimeZone = zone
+	cfg.TimeZone = c.zone
 	cfg.Logger = slog.New(outcomeLog{report: report})
 	if c.b.Dialect == jdbc.Postgres {
 		cfg.Listener = pgxlisten.New(c.b.DB)
@@ -188,32 +214,20 @@ func newReporter() func(format string, args ...any) {
 	}
 }
 
-// schedEnv reads a scheduler child's handler work time and zone (nil when
-// zoneEnv is not set).
-func (c *child) schedEnv() (work time.Duration, zone *time.Location, err error) {
-	if work, err = time.ParseDuration(os.Getenv(handleEnv)); err != nil {
-		return 0, nil, err
-	}
-	if z := os.Getenv(zoneEnv); z != "" {
-		zone, err = time.LoadLocation(z)
-	}
-	return work, zone, err
-}
-
 // recordRun is the handler of both kinds of scheduler child: it records
 // the run of task's instance under its pick version in chaos_sched_run,
 // reporting a violation when that version ran already, then works for
-// work. An error leaves the execution not run, to be retried.
-func (c *child) recordRun(ctx context.Context, report func(string, ...any), work time.Duration, task, inst string, version int64, due time.Time) error {
+// c.work. An error leaves the execution not run, to be retried.
+func (c *schedChild) recordRun(ctx context.Context, task, inst string, version int64, due time.Time) error {
 	if _, err := c.b.DB.ExecContext(ctx, c.b.Q(`INSERT INTO chaos_sched_run (run, task, inst, version, proc, due) VALUES (?, ?, ?, ?, ?, ?)`),
 		c.run, task, inst, version, c.proc, due.UnixMilli()); err != nil {
 		if isDuplicate(err) {
-			report("violation %s %s %d", task, inst, version)
+			c.report("violation %s %s %d", task, inst, version)
 		}
 		return err
 	}
 	select {
-	case <-time.After(work):
+	case <-time.After(c.work):
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)

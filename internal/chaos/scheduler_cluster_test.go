@@ -66,31 +66,13 @@ func TestFourSchedulerProcessesRunEveryExecutionThroughAKillAPauseAndARestart(t 
 				case k == 30 && stop != "":
 					c.restart(stop, start)
 				}
-				insts := make([]scheduler.Instance, per)
-				for i := range insts {
-					insts[i] = scheduler.Instance{Task: schedOnce, ID: fmt.Sprintf("i%06d", k*per+i)}
-				}
-				c.retry(fmt.Sprintf("scheduling batch %d", k), func(ctx context.Context) error {
-					_, err := c.client.ScheduleBatch(ctx, insts, time.Now())
-					return err
-				})
+				c.scheduleBatch(k*per, per)
 				time.Sleep(50 * time.Millisecond)
 			}
 			if b.Dialect != jdbc.SQLite && pausedHeld == nil {
 				t.Fatal("process 1 never held an execution when paused")
 			}
-			c.waitCompleted()
-			c.stopAll()
-
-			if picked := c.list(scheduler.Filter{State: scheduler.Picked}); len(picked) > 0 {
-				t.Errorf("%d executions left picked, the first by %s", len(picked), picked[0].PickedBy)
-			}
-			runs := c.runs()
-			c.checkOnce(runs, n)
-			ticks := c.checkRecurring(runs)
-			if ticks < 2 {
-				t.Errorf("the recurring task ran %d times", ticks)
-			}
+			runs, ticks := c.finish(n)
 			if pausedHeld != nil {
 				c.checkRefused(runs, 1, pausedHeld)
 			}
@@ -409,6 +391,39 @@ func (c *schedCluster) pause(i int) []*scheduler.Execution {
 	return held
 }
 
+// scheduleBatch schedules the one-time executions first to first+n-1,
+// due now, in one batch of the client.
+func (c *schedCluster) scheduleBatch(first, n int) {
+	c.t.Helper()
+	insts := make([]scheduler.Instance, n)
+	for i := range insts {
+		insts[i] = scheduler.Instance{Task: schedOnce, ID: fmt.Sprintf("i%06d", first+i)}
+	}
+	c.retry(fmt.Sprintf("scheduling executions %d to %d", first, first+n-1), func(ctx context.Context) error {
+		_, err := c.client.ScheduleBatch(ctx, insts, time.Now())
+		return err
+	})
+}
+
+// finish waits until the n one-time executions are complete, stops the
+// processes, checks that none is left picked, that each ran (checkOnce)
+// and that the recurring task ran at least twice, and returns the runs
+// and the number of the recurring task's periods run.
+func (c *schedCluster) finish(n int) (runs []*schedRun, ticks int) {
+	c.t.Helper()
+	c.waitCompleted()
+	c.stopAll()
+	if picked := c.list(scheduler.Filter{State: scheduler.Picked}); len(picked) > 0 {
+		c.t.Errorf("%d executions left picked, the first by %s", len(picked), picked[0].PickedBy)
+	}
+	runs = c.runs()
+	c.checkOnce(runs, n)
+	if ticks = c.checkRecurring(runs); ticks < 2 {
+		c.t.Errorf("the recurring task ran %d times", ticks)
+	}
+	return runs, ticks
+}
+
 // waitCompleted waits until no one-time execution is left, for at most
 // fifteen minutes (a guard against a hang, not a speed requirement),
 // logging the backlog every ten seconds.
@@ -495,7 +510,16 @@ func (c *schedCluster) stop(i int) {
 	select {
 	case <-p.done:
 	case <-time.After(time.Minute):
-		c.t.Fatalf("scheduler process %d did not stop within a minute\n%s", i, p.tail())
+		// Its goroutines, for the cause: SIGQUIT makes the runtime print
+		// them and exit.
+		p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		c.t.Fatalf("scheduler process %d did not stop within a minute; its standard error and goroutines:\n%s", i, p.stderr.String())
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
