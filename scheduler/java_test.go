@@ -216,3 +216,37 @@ func TestJavaDeletesTheRowsOfAGoOnlyTaskUnlessDeleteUnresolvedAfterIsLong(t *tes
 		}
 	})
 }
+
+// The README's interop row: a Java node revives an execution of a Go node
+// it judges dead (here by a JVM clock an hour ahead of the database's,
+// which Java trusts), with its S9; the Go node learns at its next
+// heartbeat that the row was taken, cancels the handler with ErrLost, and
+// its late completion is refused: the row stays as Java left it.
+func TestJavaRevivesAGoExecutionItJudgesDeadAndGosLateCompletionIsRefused(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, b testdb.Backend) {
+		bl := newBlocker()
+		cfg := newTable(t, b, bl.task("job"))
+		cfg.HeartbeatInterval = 50 * time.Millisecond
+		s := start(t, b, cfg)
+		s.Schedule(ctxb, scheduler.Instance{Task: "job", ID: "1"}, time.Now())
+		e := receive(t, bl.started, "start")
+		j := javaNode(b, cfg, "java", nil, false)
+		j.HeartbeatInterval, j.MissedHeartbeats = time.Second, 4
+		j.Clock = func() time.Time { return time.Now().Add(time.Hour) }
+		revived, err := j.ReviveDead(ctxb)
+		if err != nil || len(revived) != 1 || revived[0].Version != e.Version {
+			t.Fatalf("Java revived %v (%v), want %s/%s version %d", revived, err, e.Task, e.Instance, e.Version)
+		}
+		if cause := receive(t, bl.causes, "cancellation"); !errors.Is(cause, scheduler.ErrLost) {
+			t.Fatalf("cause %v, want ErrLost", cause)
+		}
+		// Stop waits for the handler and its (refused) completion.
+		if err := s.Stop(ctxb); err != nil {
+			t.Fatal(err)
+		}
+		now := row(t, s.Client, "job", "1")
+		if now == nil || now.Picked || now.Version != e.Version+1 || now.ConsecutiveFailures != 1 {
+			t.Fatalf("after Java's revive and Go's late completion: %+v", now)
+		}
+	})
+}
