@@ -1,0 +1,121 @@
+// Package etcdlock keeps lockreg's leases in etcd v3: it implements
+// [registry.Repository], [registry.HandOffQueue], [registry.Notifier],
+// [registry.Checker] and [registry.Describer] over
+// go.etcd.io/etcd/client/v3, so that a [registry.Registry] (and the
+// aggregator, lockmw, tasklock and leader on it) locks across processes
+// through an etcd cluster:
+//
+//	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+//	...
+//	repo, err := etcdlock.New(cli, etcdlock.WithRegion("billing"))
+//	...
+//	locks, err := registry.New(repo, registry.WithTTL(30*time.Second), registry.WithKeepAlive())
+//
+// It is a module of its own (github.com/lockreg/lockreg/etcdlock), so that
+// programs that do not import it do not get etcd's client and gRPC. The
+// repository never closes the client. The tests run it on a cluster of
+// three etcd 3.7 members.
+//
+// # Entries and leases
+//
+// A lock on key K is a directory of keys, one per client that holds or
+// waits for it (see keys.go for the names: prefix, region, K, client id),
+// as with etcd's own concurrency.Mutex: the entry created first, by
+// create revision, holds the lock; the others wait in that order.
+//
+// Each entry is attached to an etcd lease of its own, granted for the TTL
+// the caller asked for, rounded up to a second (etcd's unit; the cluster
+// raises a shorter one to its minimum, 1.5 election timeouts rounded up,
+// 2 s with etcd's default 1 s election timeout). One lease per entry, not
+// one session lease per repository, because a lock's TTL is what bounds
+// how long a crashed or partitioned holder keeps others out: with one
+// session lease, every lock of a process would outlive its holder by the
+// session's TTL, whatever TTL the lock asked for (registry.WithTTL,
+// Lock.LockTTL), and a lock could not be made to last longer than the
+// session without keeping all of them alive. It costs a lease grant per
+// acquisition, one round trip more than a session lease.
+//
+// The cluster expires a lease by its leader's clock, so clock skew
+// between application hosts does not move it; a new leader extends every
+// lease by an election timeout rather than shortening any. Within its
+// process a hold also has a deadline, its TTL after its acquisition or
+// last renewal was sent, at which the repository revokes the lease unless
+// renewed: so a sub-second TTL lasts what was asked for, not up to a
+// second more. The deadline can only end a hold sooner than the cluster
+// would; no host ever decides that another host's lease has expired.
+//
+// A renewal (Renew, or Acquire of a lock this client holds) moves the
+// entry to a newly granted lease, in a transaction that writes the entry
+// only if it still exists with its create revision, and revokes the old
+// lease in the background: a lease the cluster expired has deleted its
+// entry, so a renewal never revives it, and a renewal can lengthen a
+// lease beyond the TTL it was granted with, which a keep-alive cannot.
+//
+// # Fencing tokens
+//
+// A hold's token is its entry's create revision. etcd's revision is one
+// counter for the whole cluster, raised by every write and kept across
+// leader changes and restarts, so tokens strictly increase: the holder is
+// always the oldest entry of its directory, so an entry that becomes
+// holder was created after the entry of every earlier holder, or existed
+// beside it with a higher revision. A renewal rewrites the entry in place
+// (its create revision, and so the token, stays); a release deletes it,
+// and the next hold, whether the next waiter's or a new entry's, has a
+// greater token. Unlike redislock's tokens, these cannot go back when the
+// store loses data short of a restore from an older backup.
+//
+// # Waiting
+//
+// A registry waiting for a key writes its client's entry
+// (AcquireOrWait), which keeps its place in arrival order; Acquire, used
+// by TryLock, takes a lock only when its directory is empty, so it never
+// overtakes a waiter, and a client that releases and asks again at once
+// queues behind the others. Each waiter watches only the entry just before
+// its own (Notify), as concurrency.Mutex waits, so a release, which
+// revokes the holder's lease and thereby deletes its entry, wakes exactly
+// the next waiter, in whichever process it is; that waiter then reads
+// that it holds the lock (HandedLease) and no other waiter hears of it.
+// A waiter that vanishes loses its place when its lease expires, or when
+// it leaves the queue (Leave) on giving up.
+//
+// # Losing the cluster
+//
+// A hold's Done channel (registry.Lock.Done) closes a fifth of the TTL
+// before its deadline unless renewed: a holder cut off from the cluster
+// cannot renew, so Done closes before its lease can expire by the
+// cluster's clock, and another client can take the lock only after that.
+// Every call is bounded by its context; the registry bounds each by the
+// lease's TTL, the repository's background reads and revocations by
+// seconds. An error for a call that did not finish in time says, when no
+// endpoint is connected, which endpoints do not answer.
+//
+// # Errors
+//
+// Errors name the operation and the caller's key. Failures that may pass
+// on retry satisfy errors.Is(err, registry.ErrTransient): no leader, a
+// leader change, a member stopping or overloaded, a request timed out
+// inside the cluster, no endpoint reachable. Refusals, such as permission
+// denied for a user without a role on the prefix, are returned as they
+// are, so a registry's Lock fails at once rather than waiting. New refuses
+// a prefix that does not end in '/' and a region with '/': with them, two
+// prefixes and regions could name the same keys.
+//
+// # What etcd promises that PostgreSQL and Redis do not
+//
+// A lease is committed to a majority of the members before the call
+// returns (Raft), so losing a minority of the members, the leader among
+// them, loses no lease and grants none twice: with three members, one may
+// fail; with five, two. Redis replicates asynchronously and may grant a
+// lease again after a failover; PostgreSQL keeps leases across a
+// failover only with synchronous replication. Expiry is judged by the
+// cluster's leader, and tokens come from one revision counter that no
+// failover or restart resets.
+//
+// What it costs: each acquisition is two writes through Raft (a grant and
+// a transaction) and each release one (a revocation), each a round trip
+// to the leader and an fsync on a majority; a renewal is two. etcd holds
+// its data in memory and is built for small data (a few GiB): it suits
+// locks, not the data they guard. A cluster without a majority (two of
+// three members down) serves no lock at all, where a single PostgreSQL
+// server would still serve.
+package etcdlock

@@ -1,0 +1,228 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The lease lifecycle, apart from exclusion (acquire.go), as etcd's
+// concurrency.Session is apart from its Mutex. Each entry of this client
+// (a hold or a place in a queue) is attached to an etcd lease of its own,
+// granted for the caller's TTL rounded up to a second (etcd's unit; the
+// cluster may raise it to its minimum, 1.5 election timeouts rounded up).
+// The cluster deletes the entry when the lease expires by the leader's
+// clock: that bounds a crashed or partitioned holder. A hold that lives
+// in this process also has a deadline, its TTL after the call that took
+// or renewed it was sent, at which the repository revokes the lease
+// itself unless renewed, so that sub-second and non-whole TTLs last what
+// was asked for and not up to a second longer. The deadline only ever
+// ends a hold earlier than the cluster would; no host ever judges another
+// host's lease.
+
+// entry is this client's entry under one lock and the lease it is attached
+// to. Its fields are guarded by the repository's mu, but for n and rev,
+// which never change.
+type entry struct {
+	n       names
+	rev     int64            // create revision: the fencing token while it holds
+	lease   clientv3.LeaseID // the lease it is attached to now
+	granted time.Duration    // the lease's TTL as granted; 0 if not known
+	// fresh is when the request that last reset the lease (its grant or a
+	// keep-alive) was sent: the cluster keeps it until fresh+granted at least.
+	fresh    time.Time
+	ttl      time.Duration // the lease length the caller asked for last
+	holds    bool          // it is a hold: the deadline ends it
+	deadline time.Time     // a hold's end unless renewed
+	timer    *time.Timer   // fires at the deadline; nil until the first hold
+	gone     bool          // the deadline passed or the lease is lost: it counts for nothing
+}
+
+// seconds is ttl rounded up to whole seconds, at least 1.
+func seconds(ttl time.Duration) int64 {
+	s := int64((ttl + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// grant grants a lease for ttl and returns it with its TTL as granted and
+// when the grant was sent.
+func (r *Repository) grant(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, time.Duration, time.Time, error) {
+	sent := time.Now()
+	resp, err := r.c.Grant(ctx, seconds(ttl))
+	r.cfg.tel.request("grant", sent, err)
+	if err != nil {
+		return 0, 0, sent, err
+	}
+	return resp.ID, time.Duration(resp.TTL) * time.Second, sent, nil
+}
+
+// lasts reports, with r.mu held, whether the cluster keeps e's lease
+// until from+d at least, as far as the repository knows.
+func (e *entry) lasts(from time.Time, d time.Duration) bool {
+	return e.granted > 0 && !e.fresh.Add(e.granted).Before(from.Add(d))
+}
+
+// errLeaseLost reports a lease that the cluster no longer has.
+var errLeaseLost = errors.New("the etcd lease expired or was revoked")
+
+// ensure makes the cluster keep e's lease until from+ttl at least, from
+// being at or before the moment it is called: nothing if it does already,
+// else the entry moves to a new lease granted for ttl (a grant, and a
+// transaction that writes the key with the new lease only if it still
+// exists with e's create revision, so that a key the cluster deleted with
+// an expired lease is never written again), and the old lease is revoked
+// in the background. The token, e's create revision, stays the same. It
+// returns an error wrapping errLeaseLost when the key is gone.
+//
+// A new lease rather than a keep-alive (LeaseKeepAlive, which resets a
+// lease to its granted TTL and fails for an expired one): a keep-alive
+// cannot lengthen a lease beyond the TTL it was granted, and in the tests
+// (etcd 3.7, three members on loopback) a keep-alive stream took 200 to
+// 800 ms to answer where a grant or a transaction took a few.
+func (r *Repository) ensure(ctx context.Context, e *entry, from time.Time, ttl time.Duration) error {
+	r.mu.Lock()
+	ok, gone := e.lasts(from, ttl), e.gone
+	r.mu.Unlock()
+	switch {
+	case gone:
+		return errLeaseLost
+	case ok:
+		return nil
+	}
+	id, g, sent, err := r.grant(ctx, ttl)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	resp, err := r.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.n.entry), "=", e.rev)).
+		Then(clientv3.OpPut(e.n.entry, r.cfg.clientID, clientv3.WithLease(id))).Commit()
+	r.cfg.tel.request("acquire", start, err)
+	if err != nil || !resp.Succeeded {
+		r.revokeLater(id) // if the put happened after all, that deletes the key: the hold is lost, safely
+		if err != nil {
+			return err
+		}
+		return errLeaseLost
+	}
+	r.mu.Lock()
+	old := e.lease
+	e.lease, e.granted, e.fresh = id, g, sent
+	again := e.gone // the deadline passed meanwhile: its revocation missed the new lease
+	r.mu.Unlock()
+	r.revokeLater(old)
+	if again {
+		r.revokeLater(id)
+		return errLeaseLost
+	}
+	return nil
+}
+
+// arm makes e a hold that ends at sent+ttl unless renewed. r.mu must be
+// held.
+func (r *Repository) arm(e *entry, sent time.Time, ttl time.Duration) {
+	e.holds, e.ttl, e.deadline = true, ttl, sent.Add(ttl)
+	if e.timer == nil {
+		e.timer = time.AfterFunc(time.Until(e.deadline), func() { r.expire(e) })
+	} else {
+		e.timer.Reset(time.Until(e.deadline))
+	}
+}
+
+// disarm ends e's hold without ending the entry. r.mu must be held.
+func (e *entry) disarm() {
+	e.holds = false
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+}
+
+// expire ends a hold whose deadline passed unrenewed: the entry counts for
+// nothing from now on and its lease is revoked, which deletes the key and
+// wakes the next waiter.
+func (r *Repository) expire(e *entry) {
+	r.mu.Lock()
+	if e.gone || !e.holds {
+		r.mu.Unlock()
+		return
+	}
+	if wait := time.Until(e.deadline); wait > 0 { // renewed as the timer fired
+		e.timer.Reset(wait)
+		r.mu.Unlock()
+		return
+	}
+	e.gone = true
+	lease := e.lease
+	r.mu.Unlock()
+	r.revokeLater(lease)
+}
+
+// revokeTimeout bounds a revocation in the background: a lease that could
+// not be revoked expires by the cluster's clock anyway.
+const revokeTimeout = 5 * time.Second
+
+// revokeLater revokes lease in the background, reporting failures other
+// than a lease already gone to the error handler. Close waits for it.
+func (r *Repository) revokeLater(lease clientv3.LeaseID) {
+	r.bg.add()
+	go func() {
+		defer r.bg.done()
+		ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+		defer cancel()
+		if err := r.revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			r.cfg.onError(r.wrap(ctx, "etcdlock: revoking a lease in the background", err))
+		}
+	}()
+}
+
+func (r *Repository) revoke(ctx context.Context, lease clientv3.LeaseID) error {
+	start := time.Now()
+	_, err := r.c.Revoke(ctx, lease)
+	r.cfg.tel.request("revoke", start, err)
+	return err
+}
+
+// tracker counts background work in flight, so that Close can wait for
+// it while holds, which outlive Close, may still start more.
+type tracker struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0
+}
+
+func (t *tracker) add() {
+	t.mu.Lock()
+	if t.n == 0 {
+		t.idle = make(chan struct{})
+	}
+	t.n++
+	t.mu.Unlock()
+}
+
+func (t *tracker) done() {
+	t.mu.Lock()
+	t.n--
+	if t.n == 0 {
+		close(t.idle)
+	}
+	t.mu.Unlock()
+}
+
+// wait waits until no work is in flight or ctx is done.
+func (t *tracker) wait(ctx context.Context) error {
+	t.mu.Lock()
+	n, idle := t.n, t.idle
+	t.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

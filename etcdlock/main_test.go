@@ -1,0 +1,84 @@
+package etcdlock_test
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/lockreg/lockreg/etcdlock"
+)
+
+// The tests share one three-member cluster (see cluster_test.go), started
+// by the first test that needs it and stopped by TestMain; a test that
+// stops members starts a cluster of its own.
+
+var (
+	sharedOnce sync.Once
+	shared     *cluster
+	sharedErr  error
+	stopShared = func() {}
+)
+
+// sharedCluster returns the cluster the tests share, starting it first.
+func sharedCluster(t testing.TB) *cluster {
+	t.Helper()
+	sharedOnce.Do(func() {
+		var st stopper
+		shared = startClusterOn(&st, 3)
+		sharedErr = st.err
+		stopShared = st.run
+	})
+	if sharedErr != nil {
+		t.Fatalf("starting the shared etcd cluster: %v", sharedErr)
+	}
+	return shared
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	stopShared()
+	if code == 0 {
+		if err := goleak.Find(leakOptions()...); err != nil {
+			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// leakOptions are the goroutines etcd itself leaves behind once every
+// server and client is closed.
+func leakOptions() []goleak.Option {
+	return nil
+}
+
+func randomRegion() string { return "test-" + uuid.NewString() }
+
+// newRepo returns a repository on c in a random region of its own (a later
+// WithRegion in opts wins), closed when t ends.
+func newRepo(t testing.TB, c *clientv3.Client, opts ...etcdlock.Option) *etcdlock.Repository {
+	t.Helper()
+	opts = append([]etcdlock.Option{etcdlock.WithRegion(randomRegion()), etcdlock.WithErrorHandler(func(error) {})}, opts...)
+	r, err := etcdlock.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(context.Background()); err != nil {
+			t.Errorf("closing repository: %v", err)
+		}
+	})
+	return r
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

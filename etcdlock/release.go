@@ -1,0 +1,199 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/lockreg/lockreg/registry"
+)
+
+// Renew makes this client's unexpired lease on key last ttl from now. It
+// fails with an error wrapping registry.ErrLockLost when this client
+// holds no lease on key, when its deadline passed (the repository then
+// revokes it) or when the cluster no longer has it: a renewal never
+// revives an expired lease, since etcd refuses a keep-alive of a lease it
+// has expired, and a key the cluster deleted is never written again.
+//
+// It costs one keep-alive, or, for a ttl longer than the lease was granted
+// for (rounded up to a second), a grant and a transaction that moves the
+// entry to the new lease, the old one revoked in the background; the
+// token stays the same. It keeps working after Close.
+func (r *Repository) Renew(ctx context.Context, key string, ttl time.Duration) error {
+	what := opKey("renew", key)
+	if ttl <= 0 {
+		return fmt.Errorf("%s: ttl %v: %w", what, ttl, registry.ErrInvalidTTL)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	sent := time.Now()
+	r.mu.Lock()
+	h := r.locks[key]
+	var e *entry
+	if h != nil && h.held && h.e != nil && !h.e.gone && h.e.holds && sent.Before(h.e.deadline) {
+		e = h.e
+		// Always one keep-alive: a renewal proves the lease alive to the
+		// cluster, so that a holder cut off from it finds out (and its
+		// registry closes Done) at its next renewal.
+		e.fresh = time.Time{}
+	}
+	r.mu.Unlock()
+	if e == nil {
+		return errLost(what, "this client holds no lease on it that has not passed its deadline")
+	}
+	err := r.ensure(ctx, e, sent, ttl)
+	switch {
+	case errors.Is(err, errLeaseLost):
+		r.lost(key, h, e)
+		return errLost(what, err.Error())
+	case err != nil:
+		return r.wrap(ctx, what, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.gone || !e.holds {
+		return errLost(what, "the lease passed its deadline while it was renewed")
+	}
+	r.arm(e, sent, ttl)
+	return nil
+}
+
+// lost forgets e, which the cluster no longer has.
+func (r *Repository) lost(key string, h *holding, e *entry) {
+	r.mu.Lock()
+	e.gone = true
+	if h.e == e {
+		r.setEntryLocked(h, nil)
+	}
+	h.held = false
+	r.forget(key, h)
+	r.mu.Unlock()
+}
+
+// Release gives up this client's lease on key by revoking its etcd lease,
+// one round trip, which deletes the entry; the next entry by create
+// revision, if any, then holds the lock, and only its watcher (see Notify)
+// is woken. It fails with an error wrapping registry.ErrLockLost when
+// this client holds no lease on key or the lease had expired. After it
+// returns nil or ErrLockLost the key no longer counts as held; after
+// another error the entry is left over, and Close revokes it. It keeps
+// working after Close.
+func (r *Repository) Release(ctx context.Context, key string) error {
+	what := opKey("release", key)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	r.mu.Lock()
+	h := r.locks[key]
+	var e *entry
+	var expired bool
+	if h != nil {
+		e = h.e
+		h.held = false
+		if e != nil {
+			expired = e.gone
+			e.disarm()
+		}
+	}
+	r.mu.Unlock()
+	if e == nil {
+		if h != nil {
+			r.mu.Lock()
+			r.forget(key, h)
+			r.mu.Unlock()
+		}
+		return errLost(what, "this client holds no lease on it")
+	}
+	err := r.revoke(ctx, e.lease)
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return r.wrap(ctx, what, err) // e stays: Close revokes it
+	}
+	r.lost(key, h, e)
+	switch {
+	case err != nil:
+		return errLost(what, "the lease had expired")
+	case expired:
+		return errLost(what, "the lease had passed its deadline")
+	}
+	return nil
+}
+
+// Leave takes this client out of key's queue: it revokes the lease of
+// its entry, one round trip, unless the entry holds the lease or an
+// acquisition is in flight. An entry that became the first meanwhile (a
+// hand-off not yet claimed) goes too, which hands the lock on.
+func (r *Repository) Leave(ctx context.Context, key string) error {
+	what := opKey("leave", key)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	r.mu.Lock()
+	h := r.locks[key]
+	if h == nil || h.e == nil || h.held || h.acquiring > 0 {
+		r.mu.Unlock()
+		return nil
+	}
+	e := h.e
+	r.mu.Unlock()
+	if err := r.revoke(ctx, e.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return r.wrap(ctx, what, err) // e stays: Close revokes it
+	}
+	r.lost(key, h, e)
+	return nil
+}
+
+// Close makes later Acquire calls fail with an error wrapping
+// registry.ErrClosed, stops the watches of Notify and waits for their
+// goroutines, revokes the leases of the entries that neither hold nor are
+// being acquired (places in queues, leftovers of failed calls), one round
+// trip each, and waits, within ctx, for revocations in the background.
+// Held leases are kept: Renew and Release keep working on them. Entries
+// of an earlier process with the same client id are not known to it:
+// they expire with their leases.
+//
+// Once a Close has succeeded, Close returns nil without I/O; a Close that
+// failed may be retried. It does not close the etcd client.
+func (r *Repository) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closeDone {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	type leftover struct {
+		key string
+		h   *holding
+		e   *entry
+	}
+	var left []leftover
+	for k, h := range r.locks {
+		if h.e != nil && !h.held && h.acquiring == 0 {
+			left = append(left, leftover{k, h, h.e})
+		}
+	}
+	r.mu.Unlock()
+	r.ears.stop()
+	var errs []error
+	for _, l := range left {
+		err := r.revoke(ctx, l.e.lease)
+		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			errs = append(errs, r.wrap(ctx, opKey("close: revoke", l.key), err))
+			continue
+		}
+		r.lost(l.key, l.h, l.e)
+	}
+	if err := r.bg.wait(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("etcdlock: close: waiting for revocations in the background: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.closeDone = true
+	r.mu.Unlock()
+	return nil
+}
