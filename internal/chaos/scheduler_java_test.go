@@ -48,7 +48,10 @@ func TestGoAndJavaSchedulerProcessesShareATableThroughAKill(t *testing.T) {
 			began := time.Now()
 			c := newZonedSchedCluster(t, b, zone)
 			c.vacuum()
-			const work = 10 * time.Millisecond
+			// The Java handlers work longer, so that a Java node is caught
+			// holding executions (Go's, woken by NOTIFY on PostgreSQL,
+			// take most of them).
+			const work, javaWork = 10 * time.Millisecond, 50 * time.Millisecond
 			c.start(0, "FIXED_DELAY|200ms", work)
 			c.start(1, "FIXED_DELAY|200ms", work)
 			strategy := map[int]string{2: "fetch", 3: "fetch"}
@@ -56,7 +59,7 @@ func TestGoAndJavaSchedulerProcessesShareATableThroughAKill(t *testing.T) {
 				strategy[2] = "lock-and-fetch"
 			}
 			for i := 2; i < 4; i++ {
-				c.startChild(i, "dbscheduler", work, strategyEnv+"="+strategy[i])
+				c.startChild(i, "dbscheduler", javaWork, strategyEnv+"="+strategy[i])
 			}
 			java := c.javaNode("chaos-java-client", false)
 
@@ -77,13 +80,16 @@ func TestGoAndJavaSchedulerProcessesShareATableThroughAKill(t *testing.T) {
 					})
 				}
 				time.Sleep(50 * time.Millisecond)
-				// From the tenth batch on, watch the Java node for a second
+				// From the tenth batch on, watch the Java node for two seconds
 				// after each until it is caught holding executions.
-				for deadline := time.Now().Add(time.Second); k >= batches/3 && !killed && time.Now().Before(deadline); {
+				for deadline := time.Now().Add(2 * time.Second); k >= batches/3 && !killed && time.Now().Before(deadline); {
 					if held, killed = c.killHolding(2, "chaos-java-2"); !killed {
 						time.Sleep(5 * time.Millisecond)
 					}
 				}
+			}
+			if killed && len(held) == 0 {
+				t.Error("the killed Java process held no execution once its last statements had ended")
 			}
 			if !killed {
 				t.Fatalf("Java process 2 held no execution while %d batches were scheduled\n%s", batches-batches/3, c.proc(2).tail())
