@@ -90,8 +90,9 @@ type Config struct {
 	// PollInterval is the longest wait between fetches when nothing wakes
 	// the scheduler (db-scheduler's pollingInterval). A scheduler also
 	// wakes when it knows the next execution time, when this process
-	// schedules one, and with a Listener when any process does. Optional:
-	// default 10 s.
+	// schedules one, and with a Listener when any process does. Each
+	// wait is shortened by up to a tenth at random, so that schedulers
+	// started together do not poll in step. Optional: default 10 s.
 	PollInterval time.Duration
 
 	// HeartbeatInterval is how often a scheduler writes last_heartbeat of

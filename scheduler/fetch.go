@@ -86,7 +86,7 @@ func (s *Scheduler) query(ctx context.Context, q querier, query string, args ...
 func (s *Scheduler) nextDue() time.Time {
 	ctx, cancel := ioCtx()
 	defer cancel()
-	latest := time.Now().Add(s.cfg.PollInterval)
+	latest := time.Now().Add(s.pollWait())
 	var next, now any
 	q := s.sql.nextDue
 	if err := s.db.QueryRowContext(ctx, q.SQL, s.sql.args(q, vals{}, s.cfg.names...)...).Scan(&next, &now); err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/lockreg/lockreg/internal/dialect"
@@ -169,6 +170,15 @@ func (s *Scheduler) writeBatch(batch []*groupcommit.Call[*completion]) {
 }
 
 func (s *Scheduler) writeTx(ctx context.Context, all []*completion) error {
+	// One statement commits on its own: no BEGIN and COMMIT round trips.
+	if len(all) == 1 && all[0].c.op != opReplace {
+		ok, err := s.writeOne(ctx, s.db, all[0])
+		all[0].written = ok
+		return err
+	}
+	if s.cfg.d.Name != "mysql" && !slices.ContainsFunc(all, func(cp *completion) bool { return cp.c.op != opRemove }) {
+		return s.removeBatch(ctx, s.db, all) // RETURNING says which it deleted
+	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		var removes []*completion
 		for _, cp := range all {
@@ -195,7 +205,7 @@ var errPartial = errors.New("scheduler: batch removal refused in part")
 // by its version: one round trip for a batch of completed one-time
 // executions. PostgreSQL and SQLite return the rows deleted; on MySQL,
 // which cannot, a count short of the batch is errPartial.
-func (s *Scheduler) removeBatch(ctx context.Context, tx *sql.Tx, removes []*completion) error {
+func (s *Scheduler) removeBatch(ctx context.Context, tx querier, removes []*completion) error {
 	if len(removes) == 0 {
 		return nil
 	}
@@ -213,9 +223,9 @@ func (s *Scheduler) removeBatch(ctx context.Context, tx *sql.Tx, removes []*comp
 	return err
 }
 
-// writeOne writes one completion in tx and reports whether its version
-// guard held.
-func (s *Scheduler) writeOne(ctx context.Context, tx *sql.Tx, cp *completion) (bool, error) {
+// writeOne writes one completion in tx (a transaction when it has two
+// statements, a Replace) and reports whether its version guard held.
+func (s *Scheduler) writeOne(ctx context.Context, tx querier, cp *completion) (bool, error) {
 	e, c, st := cp.e, cp.c, s.sql
 	v := vals{task: e.Task, inst: e.Instance, version: e.Version, data: cp.data, at: c.at, delay: c.after}
 	q := st.remove

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,7 +83,9 @@ func New(db *sql.DB, cfg Config) (*Scheduler, error) {
 		return nil, err
 	}
 	sc.Client.wake = sc.hint
-	sc.complete = groupcommit.Batcher[*completion]{Max: 2, MaxBatch: 100, Exec: sc.writeBatch}
+	// Up to Threads/2 completion writes in flight: the database's own
+	// group commit joins their flushes; fewer left threads waiting.
+	sc.complete = groupcommit.Batcher[*completion]{Max: max(2, s.Threads/2), MaxBatch: 100, Exec: sc.writeBatch}
 	return sc, nil
 }
 
@@ -210,6 +213,7 @@ func (s *Scheduler) fetchLoop() {
 	defer timer.Stop()
 	exhausted := false
 	deadline := time.Now()
+	var lost time.Duration // the wait after picks that found due rows all locked by others
 	for {
 		select {
 		case <-s.stopping:
@@ -226,11 +230,22 @@ func (s *Scheduler) fetchLoop() {
 				continue
 			}
 			retry.Reset()
+			if got > 0 {
+				lost = 0
+			} else {
+				lost = min(max(2*lost, 10*time.Millisecond), s.cfg.PollInterval)
+			}
 			if got < n {
 				exhausted = true
 				// A wake-up pending already makes the next due time moot.
-				if deadline = time.Now().Add(s.cfg.PollInterval); len(s.wakeup) == 0 {
+				if deadline = time.Now().Add(s.pollWait()); len(s.wakeup) == 0 {
 					deadline = s.nextDue()
+				}
+				// Rows due but skipped are being picked by other schedulers,
+				// whose transactions have not committed: look again after a
+				// growing wait (or a wake-up), not at once in a loop.
+				if got == 0 {
+					deadline = later(deadline, time.Now().Add(lost))
 				}
 				timer.Reset(time.Until(deadline))
 			}
@@ -253,9 +268,23 @@ func (s *Scheduler) fetchLoop() {
 			}
 		case <-timer.C:
 			exhausted = false
-			deadline = time.Now().Add(s.cfg.PollInterval)
+			deadline = time.Now().Add(s.pollWait())
 		}
 	}
+}
+
+// pollWait is PollInterval less up to a tenth at random, so that
+// schedulers started together do not poll in step.
+func (s *Scheduler) pollWait() time.Duration {
+	p := s.cfg.PollInterval
+	return p - rand.N(p/10+1)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // work runs held executions until Stop.

@@ -96,11 +96,20 @@ func (s *settled) compile() *statements {
 		order = `priority DESC, execution_time`
 	}
 	due := `picked = false AND execution_time <= @now AND task_name IN {list}`
+	if s.d.Name == "postgres" {
+		// task_name || '' keeps the planner off the primary key (task_name
+		// first), whose bitmap with dead versions made a pick read every
+		// due row; the pick reads execution_time_idx and filters.
+		due = `picked = false AND execution_time <= @now AND task_name || '' IN {list}`
+	}
 	set := `SET picked = true, picked_by = :by, last_heartbeat = @now, version = version + 1`
 	switch s.d.Name {
 	case "postgres":
-		st.pick = cl(`UPDATE {t} ` + set + ` WHERE (task_name, task_instance) IN (SELECT task_name, task_instance FROM {t} WHERE ` +
-			due + ` ORDER BY ` + order + ` LIMIT :n FOR UPDATE SKIP LOCKED) RETURNING ` + columns)
+		// The rows locked are updated by ctid, a TID scan whatever the
+		// statistics: a join back to the table by key lets a generic plan
+		// (LIMIT unknown) or stale statistics scan the whole table.
+		st.pick = cl(`UPDATE {t} ` + set + ` WHERE ctid = ANY(ARRAY(SELECT ctid FROM {t} WHERE ` +
+			due + ` ORDER BY ` + order + ` LIMIT :n FOR UPDATE SKIP LOCKED)) AND picked = false RETURNING ` + columns)
 	case "mysql":
 		st.pickSelect = cl(`SELECT ` + columns + ` FROM {t} WHERE ` + due + ` ORDER BY ` + order + ` LIMIT :n FOR UPDATE SKIP LOCKED`)
 		// The keys follow, as tuples(n): Compile's {list} has one value each.
