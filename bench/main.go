@@ -65,6 +65,8 @@ type config struct {
 	rounds int
 	// schedBacklog is the scheduler scenario's pre-inserted due backlog.
 	schedBacklog int
+	// schedOnly and schedModes select scheduler contestants and modes.
+	schedOnly, schedModes []string
 	// schedPoll is the polling interval of the polling scheduler
 	// contestants in the latency measurement.
 	schedPoll time.Duration
@@ -144,6 +146,8 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs.IntVar(&cfg.lockGroupCommit, "lock-group-commit", 0, "lockreg contestants: jdbc.WithGroupCommit (0: the repository's default, -1: off)")
 	fs.IntVar(&cfg.rounds, "rounds", 1, "lock scenarios, aggregator, resequencer, scheduler: run each scenario this many times, every contestant (variant) once per round in turn, and report each one's median round by ops/s (a failed round, else the round with the most violations, if any has some, is reported instead)")
 	fs.IntVar(&cfg.schedBacklog, "scheduler-backlog", 0, "scheduler: due executions pre-inserted and drained by each contestant (default 100000, 5000 with -quick)")
+	schedOnly := fs.String("scheduler-only", "", "scheduler: comma-separated contestants (default all): "+strings.Join(schedNames(), ","))
+	schedModes := fs.String("scheduler-modes", "", "scheduler: comma-separated modes (default all): "+strings.Join(allModes, ","))
 	fs.DurationVar(&cfg.schedPoll, "scheduler-poll", time.Second, "scheduler-latency: polling interval of the contestants that poll (lockreg-scheduler-poll and the db-scheduler replays; db-scheduler's default is 10s)")
 	fs.IntVar(&cfg.groupCommit, "group-commit", 0, "aggregator, resequencer: sqlstore.Config.GroupCommit of the SQL variants (0: the store's default, -1: off)")
 	fs.IntVar(&cfg.groupPool, "group-pool", 0, "aggregator, resequencer: pool size (MaxOpen = MaxIdle) per PostgreSQL instance (0: its workers)")
@@ -186,6 +190,14 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	}
 	if cfg.scenarios, err = list(*scen, allScenarios); err != nil {
 		fmt.Fprintln(errOut, "bench: -scenarios:", err)
+		return cfg, err
+	}
+	if cfg.schedOnly, err = list(*schedOnly, schedNames()); err != nil {
+		fmt.Fprintln(errOut, "bench: -scheduler-only:", err)
+		return cfg, err
+	}
+	if cfg.schedModes, err = list(*schedModes, allModes); err != nil {
+		fmt.Fprintln(errOut, "bench: -scheduler-modes:", err)
 		return cfg, err
 	}
 	if cfg.variants, err = list(*variants, variantNames()); err != nil {

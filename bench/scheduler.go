@@ -81,6 +81,15 @@ var schedContestants = []schedContestant{
 	{name: "lockreg-scheduler-sqlite", kind: "lockreg", server: "sqlite", modes: throughput},
 }
 
+// schedNames are the scheduler contestants' names.
+func schedNames() []string {
+	var n []string
+	for _, c := range schedContestants {
+		n = append(n, c.name)
+	}
+	return n
+}
+
 // scenarioOf is the scenario name of the results of mode.
 func scenarioOf(mode string) string {
 	switch mode {
@@ -122,9 +131,9 @@ func (c schedContestant) wake(mode string, cfg config) string {
 // schedulerRound runs every mode of every scheduler contestant once, mode
 // by mode, and passes each result to keep.
 func schedulerRound(ctx context.Context, e *env, cfg config, keep func(result)) {
-	for _, mode := range allModes {
+	for _, mode := range cfg.schedModes {
 		for _, c := range schedContestants {
-			if slices.Contains(c.modes, mode) {
+			if slices.Contains(c.modes, mode) && slices.Contains(cfg.schedOnly, c.name) {
 				keep(schedulerRun(ctx, e, cfg, c, mode))
 			}
 		}
