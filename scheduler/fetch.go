@@ -23,20 +23,32 @@ func (s *Scheduler) pick(n int) (int, error) {
 		return 0, s.cfg.wrap(ctx, s.db, "scheduler: pick", err)
 	}
 	now := time.Now()
+	rs := make([]*running, len(picked))
 	s.mu.Lock()
-	for _, e := range picked {
+	for i, e := range picked {
 		rctx, rcancel := context.WithCancelCause(s.runCtx)
-		r := &running{e: e, task: s.cfg.tasks[e.Task], ctx: rctx, cancel: rcancel, picked: now}
-		s.held[execKey{e.Task, e.Instance}] = r
-		s.queue <- r // never blocks: held, and so the queue, stays within FetchLimit
+		rs[i] = &running{e: e, task: s.cfg.tasks[e.Task], ctx: rctx, cancel: rcancel, picked: now}
+		s.held[execKey{e.Task, e.Instance}] = rs[i]
 	}
 	s.mu.Unlock()
+	// Sent without the lock, which the workers take: held, and so the
+	// queue, stays within FetchLimit, but should a pick return more rows
+	// than asked this waits for the workers rather than stall them all.
+	for _, r := range rs {
+		select {
+		case s.queue <- r:
+		case <-s.stopping: // it stays held, and Stop unpicks it
+		}
+	}
 	s.tel.picked(len(picked))
 	return len(picked), nil
 }
 
 func (s *Scheduler) pickMySQL(ctx context.Context, n int) ([]*Execution, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+	// READ COMMITTED: InnoDB's locking read then locks the rows it picks,
+	// not the gaps of the index range, which deadlocked with other nodes'
+	// single-row completions under REPEATABLE READ.
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, err
 	}
