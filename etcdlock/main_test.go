@@ -28,16 +28,20 @@ var (
 // sharedCluster returns the cluster the tests share, starting it first.
 func sharedCluster(t testing.TB) *cluster {
 	t.Helper()
+	startShared()
+	if sharedErr != nil {
+		t.Fatalf("starting the shared etcd cluster: %v", sharedErr)
+	}
+	return shared
+}
+
+func startShared() {
 	sharedOnce.Do(func() {
 		var st stopper
 		shared = startClusterOn(&st, 3)
 		sharedErr = st.err
 		stopShared = st.run
 	})
-	if sharedErr != nil {
-		t.Fatalf("starting the shared etcd cluster: %v", sharedErr)
-	}
-	return shared
 }
 
 func TestMain(m *testing.M) {
@@ -70,7 +74,9 @@ func newRepo(t testing.TB, c *clientv3.Client, opts ...etcdlock.Option) *etcdloc
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := r.Close(context.Background()); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := r.Close(ctx); err != nil {
 			t.Errorf("closing repository: %v", err)
 		}
 	})
@@ -81,4 +87,18 @@ func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// exampleClient returns a client of the shared cluster for the examples,
+// which have no testing.T: it starts the cluster if no test did.
+func exampleClient() *clientv3.Client {
+	startShared()
+	if sharedErr != nil {
+		panic(sharedErr)
+	}
+	cli, err := clientv3.New(clientConfig(shared.endpoints(), "root", rootPassword))
+	if err != nil {
+		panic(err)
+	}
+	return cli
 }

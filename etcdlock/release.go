@@ -150,7 +150,9 @@ func (r *Repository) Leave(ctx context.Context, key string) error {
 // registry.ErrClosed, stops the watches of Notify and waits for their
 // goroutines, revokes the leases of the entries that neither hold nor are
 // being acquired (places in queues, leftovers of failed calls), one round
-// trip each, and waits, within ctx, for revocations in the background.
+// trip each, bounded by ctx and by 5 s (an entry that could not be
+// revoked expires with its lease), and waits, within ctx, for
+// revocations in the background.
 // Held leases are kept: Renew and Release keep working on them. Entries
 // of an earlier process with the same client id are not known to it:
 // they expire with their leases.
@@ -179,7 +181,9 @@ func (r *Repository) Close(ctx context.Context) error {
 	r.ears.stop()
 	var errs []error
 	for _, l := range left {
-		err := r.revoke(ctx, l.e.lease)
+		rctx, cancel := context.WithTimeout(ctx, revokeTimeout)
+		err := r.revoke(rctx, l.e.lease)
+		cancel()
 		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			errs = append(errs, r.wrap(ctx, opKey("close: revoke", l.key), err))
 			continue

@@ -51,13 +51,14 @@ var (
 )
 
 // New returns a repository on c configured by opts. It does no I/O and
-// starts no goroutine: a client whose endpoints do not answer, or whose
-// user may not write under the prefix, fails at the first call (within
-// that call's context; the registry bounds each call by the lease's TTL),
-// and Check tells the same to a readiness probe. Build c with a
-// DialTimeout, so that clientv3.New itself reports endpoints that do not
-// answer and credentials the cluster refuses. The repository never closes
-// c.
+// starts no goroutine. A client whose endpoints do not answer (etcd 3.7's
+// clientv3.New connects in the background and returns at once) gives a
+// repository whose calls fail within their context's deadline (the
+// registry bounds each by the lease's TTL) with an error that names the
+// endpoints; a client whose user may not write under the prefix gets a
+// permission error at its first call, which the registry does not retry;
+// Check reports either to a readiness probe. clientv3.New itself refuses
+// a wrong password. The repository never closes c.
 //
 // It returns an error wrapping ErrInvalidOption for a nil c or an invalid
 // option, among them a prefix or region that could name the keys of
