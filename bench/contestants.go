@@ -38,7 +38,9 @@ const (
 type contestant struct {
 	name    string
 	server  string // "postgres", "mariadb" or "sqlite"
-	isLock  bool   // false for floor: it excludes nothing
+	isLock  bool   // false for the floors but floor-handoff: they exclude nothing
+	// only, when set, names the only scenario the contestant runs in.
+	only string
 	lockreg bool   // a lockreg registry: takes part in the cache scenario
 	counted bool   // statements are counted on the client (pgx tracer)
 	open    func(ctx context.Context, e *env, pool int) (instance, error)
@@ -72,6 +74,12 @@ var contestants = []contestant{
 	{name: "pglock", server: "postgres", isLock: true, counted: true, open: openPglock},
 	{name: "advisory", server: "postgres", isLock: true, counted: true, open: openSession("advisory")},
 	{name: "floor", server: "postgres", counted: true, open: openSession("floor")},
+	// The durable floors (floorlocks.go): a cycle as two single-row UPDATE
+	// transactions; a hand-off as one UPDATE and NOTIFY to the next member.
+	{name: "floor-durable", server: "postgres", counted: true, open: openFloor("postgres", false)},
+	{name: "mariadb-floor-durable", server: "mariadb", counted: true, open: openFloor("mariadb", false)},
+	{name: "sqlite-floor-durable", server: "sqlite", counted: true, open: openFloor("sqlite", false)},
+	{name: "floor-handoff", server: "postgres", isLock: true, counted: true, only: "contended", open: openFloor("postgres", true)},
 }
 
 // counter is a pgx tracer that counts the statements sent (BEGIN and COMMIT

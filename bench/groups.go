@@ -67,10 +67,14 @@ var groupVariants = []groupVariant{
 	{name: "sqlite-1", server: "sqlite", instances: 1, guess: 3_000},
 }
 
+// variantNames are the group variants' names and the group floors'.
 func variantNames() []string {
 	var n []string
 	for _, v := range groupVariants {
 		n = append(n, v.name)
+	}
+	for _, f := range groupFloors {
+		n = append(n, f.name)
 	}
 	return n
 }

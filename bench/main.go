@@ -299,6 +299,13 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 				}
 				keep(r)
 			}
+			for _, f := range groupFloorsFor(cfg) { // floors.go
+				r, err := floorGroupRun(ctx, e, s, f, cfg)
+				if err != nil {
+					r.Skipped = "failed: " + err.Error()
+				}
+				keep(r)
+			}
 		}
 		flush()
 	}
@@ -317,6 +324,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		otelRuns(ctx, e, cfg, add) // otel.go
 	}
 
+	applyFloors(results) // floorratio.go
 	writeMarkdown(out, cfg, e.facts(ctx), results, time.Since(began))
 	if cfg.jsonFile != "" {
 		b, err := json.MarshalIndent(results, "", "  ")

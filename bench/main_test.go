@@ -252,7 +252,7 @@ func TestFlags(t *testing.T) {
 	}
 	cfg, err := parseFlags([]string{"-quick"}, io.Discard)
 	if err != nil || cfg.duration != time.Second || len(cfg.only) != len(contestants) ||
-		len(cfg.scenarios) != len(allScenarios) || len(cfg.variants) != len(groupVariants) {
+		len(cfg.scenarios) != len(allScenarios) || len(cfg.variants) != len(groupVariants)+len(groupFloors) {
 		t.Errorf("-quick: %+v, %v", cfg, err)
 	}
 }

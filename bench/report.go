@@ -88,20 +88,20 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 		fmt.Fprintln(w)
 	}
 	section("uncontended", "uncontended: 1 goroutine, 1 key",
-		"| contestant | cycles/s | acquire p50 / p99 µs | release p50 / p99 µs | lock / unlock mean µs | server exec µs/stmt | client µs/op beyond exec | stmts/cycle (client) | server/cycle | 40001 retries |",
+		"| contestant | cycles/s | × floor | acquire p50 / p99 µs | release p50 / p99 µs | lock / unlock mean µs | server exec µs/stmt | client µs/op beyond exec | stmts/cycle (client) | server/cycle | 40001 retries |",
 		func(r result) string {
-			return strings.Join([]string{f(r.OpsPerSec, 0), f(r.AcqP50us, 0) + " / " + f(r.AcqP99us, 0),
+			return strings.Join([]string{f(r.OpsPerSec, 0), ratio(r), f(r.AcqP50us, 0) + " / " + f(r.AcqP99us, 0),
 				f(r.RelP50us, 0) + " / " + f(r.RelP99us, 0), f(r.AcqMeanus, 0) + " / " + f(r.RelMeanus, 0),
 				f(r.ServerUsPerStmt, 1), beyond(r), f(r.StmtsPerOp, 2), f(r.ServerPerOp, 2), i64(r.Retries)}, " | ")
 		})
 	otelSection(section, cfg)
 	section("parallel", fmt.Sprintf("parallel: %d goroutines, distinct keys, one instance", cfg.goroutines),
-		"| contestant | cycles/s | wall µs/op | server exec µs/stmt | stmts/cycle (client) | server/cycle | 40001 retries | errors |",
+		"| contestant | cycles/s | × floor | wall µs/op | server exec µs/stmt | stmts/cycle (client) | server/cycle | 40001 retries | errors |",
 		func(r result) string {
-			return strings.Join([]string{f(r.OpsPerSec, 0), f(r.ClientUsPerOp, 0), f(r.ServerUsPerStmt, 1), f(r.StmtsPerOp, 2), f(r.ServerPerOp, 2), i64(r.Retries), i64(r.Errors)}, " | ")
+			return strings.Join([]string{f(r.OpsPerSec, 0), ratio(r), f(r.ClientUsPerOp, 0), f(r.ServerUsPerStmt, 1), f(r.StmtsPerOp, 2), f(r.ServerPerOp, 2), i64(r.Retries), i64(r.Errors)}, " | ")
 		})
 	section("contended", fmt.Sprintf("contended: %d instances, 1 key, hold %v", cfg.instances, cfg.hold),
-		"| contestant | acq/s | cross-instance hand-offs | hand-off p50 / p90 / p99 / max ms | acquisitions per instance | fairness | wait p99 / max ms | stmts/s (client) | stmts/acq | server/acq | errors |",
+		"| contestant | acq/s | × floor | cross-instance hand-offs | hand-off p50 / p90 / p99 / max ms | acquisitions per instance | fairness | wait p99 / max ms | stmts/s (client) | stmts/acq | server/acq | errors |",
 		func(r result) string {
 			per := make([]string, len(r.PerInst))
 			for i, n := range r.PerInst {
@@ -111,7 +111,7 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 			if r.Early != nil && *r.Early > 0 {
 				hand += fmt.Sprintf(" (%d early)", *r.Early)
 			}
-			return strings.Join([]string{f(r.OpsPerSec, 0), hand,
+			return strings.Join([]string{f(r.OpsPerSec, 0), ratio(r), hand,
 				f(r.HandP50ms, 2) + " / " + f(r.HandP90ms, 2) + " / " + f(r.HandP99ms, 2) + " / " + f(r.HandMaxms, 1),
 				strings.Join(per, " · "), f(r.Fairness, 2), f(r.WaitP99ms, 1) + " / " + f(r.WaitMaxms, 0),
 				f(r.StmtsPerS, 0), f(r.StmtsPerOp, 2), f(r.ServerPerOp, 2), i64(r.Errors)}, " | ")
@@ -137,11 +137,11 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 		if r.FeedRanOut {
 			rate += " (feed ran out)"
 		}
-		return strings.Join([]string{shape, rate, f(r.HandleP50us, 0) + " / " + f(r.HandleP99us, 0),
+		return strings.Join([]string{shape, rate, ratio(r), f(r.FloorInsertRatio, 2), f(r.HandleP50us, 0) + " / " + f(r.HandleP99us, 0),
 			i64(r.Outputs) + " / " + i64(r.ExpectedOutputs), i64(r.GroupsCompleted), i64(r.HandleRetries), i64(r.Errors),
 			f(r.StmtsPerOp, 2), f(r.CommitsPerOp, 2), f(r.ServerPerOp, 2), i64(r.Violations)}, " | ")
 	}
-	groupHeader := "| variant | instances × workers | msgs/s | Handle p50 / p99 µs | outputs / expected | groups completed | retries | errors | stmts/msg (client) | commits/msg (client) | server tx/msg | violations |"
+	groupHeader := "| variant | instances × workers | msgs/s | × floor-add | × floor-insert | Handle p50 / p99 µs | outputs / expected | groups completed | retries | errors | stmts/msg (client) | commits/msg (client) | server tx/msg | violations |"
 	section("aggregator", fmt.Sprintf("aggregator: groups of %d messages shuffled in blocks of %d groups, Handle called directly", groupSize, cfg.groupWindow),
 		groupHeader, groupRow)
 	section("resequencer", fmt.Sprintf("resequencer: groups of %d messages shuffled in blocks of %d groups, Handle called directly (ReleasePartialSequences %v)", groupSize, cfg.groupWindow, reseqPartial),
@@ -149,11 +149,20 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 	perKeySection(section)
 	schedulerSection(section, cfg, rs)
 	statementSection(w, rs)
+	fmt.Fprintln(w, "× floor: ops/s ÷ the durable floor's on the same server in the same run (floor-durable: a cycle as two single-row UPDATE transactions on a dedicated connection; floor-handoff: the release is one UPDATE of the next holder with NOTIFY, the next instance's listener wakes it and it reads the row; floor-add: one transaction of a message INSERT and its group's UPDATE; floor-insert: the INSERT alone; both from as many workers as postgres-4 has in all, sqlite-1's on SQLite).")
 	fmt.Fprintln(w, "hand-off: time from the holder calling unlock to the next lock call of a different instance returning; \"early\" hand-offs returned before that unlock call did.")
 	fmt.Fprintln(w, "server exec µs/stmt: mean execution time of the benchmark database's statements (pg_stat_statements, -own-postgres), warm-up included; client µs/op beyond exec: the mean lock or unlock call less the server's execution time of the statements it sent (stmts/cycle ÷ 2 of them): driver, network, scheduling and commit.")
 	fmt.Fprintln(w, "stmts (client): statements sent, counted by a pgx tracer (BEGIN/COMMIT included); – where the driver is not traced.")
 	fmt.Fprintln(w, "server: PostgreSQL transactions (pg_stat_database xact_commit+xact_rollback of the benchmark database) or MariaDB Com_* statements, per operation over the instances' whole life, warm-up included.")
 	fmt.Fprintln(w, "aggregator, resequencer: outputs are aggregated messages (one per completed group) or resequenced messages; expected = one per completed group, or the messages of completed groups; retries = Handle calls that returned an error (requeued), from the measured window on; errors = errors the handlers and registries logged; violations = missing, extra, duplicate or out-of-order outputs, discards and messages never handled.")
+}
+
+// ratio is r's ratio to its floor, "0.93× floor-durable", or "–".
+func ratio(r result) string {
+	if r.FloorRatio == nil {
+		return "–"
+	}
+	return f(r.FloorRatio, 2) + "× " + r.Floor
 }
 
 func poolDesc(n int) string {

@@ -12,7 +12,7 @@ func lockRound(ctx context.Context, e *env, cfg config, s string, want func(stri
 		if !slices.Contains(cfg.only, c.name) {
 			continue
 		}
-		if (s == "contended" && !c.isLock) || (s == "cache" && !c.lockreg) {
+		if (s == "contended" && !c.isLock) || (s == "cache" && !c.lockreg) || (c.only != "" && c.only != s) {
 			continue
 		}
 		if err := e.unavailable(c); err != nil {

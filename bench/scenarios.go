@@ -113,6 +113,14 @@ type result struct {
 	RelMeanus     *float64 `json:"release_mean_us,omitempty"`
 	ClientUsPerOp *float64 `json:"client_us_per_op,omitempty"`
 
+	// Floor names the durable floor of the result's scenario and server
+	// (floors.go) that ran in the same run; FloorRatio is ops/s ÷ the
+	// floor's, and for the aggregator and resequencer FloorInsertRatio
+	// the ratio to floor-insert.
+	Floor            string   `json:"floor,omitempty"`
+	FloorRatio       *float64 `json:"floor_ratio,omitempty"`
+	FloorInsertRatio *float64 `json:"floor_insert_ratio,omitempty"`
+
 	handoffs []time.Duration // sorted cross-instance hand-offs, for the plot
 }
 
