@@ -227,7 +227,7 @@ func (c *cluster) endpoints() []string {
 func clientConfig(endpoints []string, user, password string) clientv3.Config {
 	return clientv3.Config{
 		Endpoints: endpoints, Username: user, Password: password,
-		DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialTimeout: 15 * time.Second, Logger: zap.NewNop(), // authentication, on 2 loaded cores
 		// Notice a dead member within seconds, not after gRPC's defaults.
 		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second,
 	}

@@ -216,3 +216,46 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		t.Fatalf("Describe = %+v", d)
 	}
 }
+
+// A holder that dies (here: its client closed, so that its repository can
+// revoke nothing) keeps the lock until the cluster expires its lease, by
+// the leader's clock, and not much longer.
+func TestADeadHoldersLeaseIsExpiredByTheCluster(t *testing.T) {
+	cl := sharedCluster(t)
+	c := cl.newClient(t)
+	region := randomRegion()
+	dying, err := clientv3.New(clientConfig(cl.endpoints(), "root", rootPassword))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := etcdlock.New(dying, etcdlock.WithRegion(region), etcdlock.WithErrorHandler(func(error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newRepo(t, c, etcdlock.WithRegion(region))
+	const ttl = 2 * time.Second
+	mustAcquire(t, a, "k", ttl)
+	taken := time.Now()
+	dying.Close()
+	for {
+		_, ok, err := b.Acquire(ctxT(t), "k", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := time.Since(taken)
+		if ok {
+			if held < ttl-200*time.Millisecond {
+				t.Fatalf("the lock was free %v after a %v lease was taken", held, ttl)
+			}
+			t.Logf("free %v after the dead holder took it", held)
+			break
+		}
+		if held > ttl+3*time.Second {
+			t.Fatalf("the dead holder's %v lease still held the lock after %v", ttl, held)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	a.Close(ctx) // its client is closed: nothing to revoke it with
+}
