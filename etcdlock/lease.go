@@ -32,8 +32,8 @@ type entry struct {
 	rev     int64            // create revision: the fencing token while it holds
 	lease   clientv3.LeaseID // the lease it is attached to now
 	granted time.Duration    // the lease's TTL as granted; 0 if not known
-	// fresh is when the request that last reset the lease (its grant or a
-	// keep-alive) was sent: the cluster keeps it until fresh+granted at least.
+	// fresh is when the grant of the lease was sent: the cluster keeps it
+	// until fresh+granted at least.
 	fresh    time.Time
 	ttl      time.Duration // the lease length the caller asked for last
 	holds    bool          // it is a hold: the deadline ends it

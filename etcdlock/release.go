@@ -15,13 +15,12 @@ import (
 // fails with an error wrapping registry.ErrLockLost when this client
 // holds no lease on key, when its deadline passed (the repository then
 // revokes it) or when the cluster no longer has it: a renewal never
-// revives an expired lease, since etcd refuses a keep-alive of a lease it
-// has expired, and a key the cluster deleted is never written again.
+// revives an expired lease: the entry moves to a new lease only in a
+// transaction that finds it still there with its create revision, and an
+// expired lease has taken the entry with it.
 //
-// It costs one keep-alive, or, for a ttl longer than the lease was granted
-// for (rounded up to a second), a grant and a transaction that moves the
-// entry to the new lease, the old one revoked in the background; the
-// token stays the same. It keeps working after Close.
+// It costs a grant and that transaction, the old lease revoked in the
+// background; the token stays the same. It keeps working after Close.
 func (r *Repository) Renew(ctx context.Context, key string, ttl time.Duration) error {
 	what := opKey("renew", key)
 	if ttl <= 0 {
@@ -36,7 +35,7 @@ func (r *Repository) Renew(ctx context.Context, key string, ttl time.Duration) e
 	var e *entry
 	if h != nil && h.held && h.e != nil && !h.e.gone && h.e.holds && sent.Before(h.e.deadline) {
 		e = h.e
-		// Always one keep-alive: a renewal proves the lease alive to the
+		// Always a new lease: a renewal proves the entry alive to the
 		// cluster, so that a holder cut off from it finds out (and its
 		// registry closes Done) at its next renewal.
 		e.fresh = time.Time{}

@@ -87,9 +87,11 @@ func (r *Repository) ClientID() string { return r.cfg.clientID }
 //
 // A new lease costs two round trips: a lease grant, then one transaction
 // that writes this client's entry only if the lock's directory is empty.
-// Its fencing token is the entry's create revision. Holding it again
-// costs a read transaction and, unless the lease lasts ttl already, a
-// keep-alive. ttl must be positive; the lease lasts ttl in this process
+// Its fencing token is the entry's create revision. An attempt that finds
+// the lock held revokes the lease it granted, in the background. Holding
+// it again costs a read transaction and, unless the lease lasts ttl
+// already, a grant and a transaction that move the entry to a new lease
+// (see Renew). ttl must be positive; the lease lasts ttl in this process
 // (see the package documentation) and at most ttl rounded up to a second
 // (or the cluster's minimum) if this process dies. It fails with an error
 // wrapping registry.ErrClosed after Close, and with an error satisfying
@@ -106,8 +108,9 @@ func (r *Repository) Acquire(ctx context.Context, key string, ttl time.Duration)
 // they began to wait and a client that releases and asks again at once
 // queues behind them. The place lapses with its lease, which lasts ttl
 // (rounded up to a second) after the call that last refreshed it: a call
-// refreshes it, one keep-alive, once half of it has passed. A first call
-// costs a grant and a transaction, later ones one read transaction.
+// refreshes it (a new lease, as Renew does) once half of it has passed. A
+// first call costs a grant and a transaction, later ones one read
+// transaction.
 func (r *Repository) AcquireOrWait(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
 	return r.take(ctx, key, ttl, true)
 }
@@ -277,8 +280,9 @@ func (r *Repository) hold(ctx context.Context, key string, h *holding, e *entry,
 // HandedLease reports whether this client's entry has become the first of
 // key's directory, because the entries before it were released or
 // expired, and if so holds the lease as AcquireOrWait would and returns
-// it. It is one read transaction, plus a keep-alive when the place's
-// lease would not last the TTL it was asked for; it writes no key.
+// it. It is one read transaction, plus a grant and a transaction that
+// move the entry to a new lease when the place's lease would not last the
+// TTL it was asked for from now (the token stays the same).
 func (r *Repository) HandedLease(ctx context.Context, key string) (registry.Lease, bool, error) {
 	what := opKey("claim", key)
 	h, e, err := r.begin(what, key)
