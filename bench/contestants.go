@@ -36,13 +36,13 @@ const (
 
 // A contestant is one lock implementation under test.
 type contestant struct {
-	name    string
-	server  string // "postgres", "mariadb" or "sqlite"
-	isLock  bool   // false for the floors but floor-handoff: they exclude nothing
+	name   string
+	server string // "postgres", "mariadb" or "sqlite"
+	isLock bool   // false for the floors but floor-handoff: they exclude nothing
 	// only, when set, names the only scenario the contestant runs in.
-	only string
-	lockreg bool   // a lockreg registry: takes part in the cache scenario
-	counted bool   // statements are counted on the client (pgx tracer)
+	only    string
+	lockreg bool // a lockreg registry: takes part in the cache scenario
+	counted bool // statements are counted on the client (pgx tracer)
 	open    func(ctx context.Context, e *env, pool int) (instance, error)
 }
 
