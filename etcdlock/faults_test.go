@@ -259,3 +259,35 @@ func TestADeadHoldersLeaseIsExpiredByTheCluster(t *testing.T) {
 	defer cancel()
 	a.Close(ctx) // its client is closed: nothing to revoke it with
 }
+
+// The cluster helper's stop and restart, as the fault tests to come will
+// use them: with one of three members stopped, locks still work on the
+// other two; the member restarts from its data directory and serves again.
+func TestLocksWorkWithOneMemberStoppedAndItRejoins(t *testing.T) {
+	cl := startCluster(t, 3)
+	c := cl.newClient(t)
+	a, b := newRepo(t, c), newRepo(t, c)
+	lock := func(r *etcdlock.Repository) {
+		t.Helper()
+		locks, err := registry.New(r, registry.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer locks.Close(ctxT(t))
+		l := locks.Obtain("k")
+		if err := l.LockContext(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.UnlockContext(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl.stop(0)
+	lock(a)
+	cl.restart(t, 0)
+	only := newClientAs(t, []string{cl.members[0].client.String()}, "root", rootPassword)
+	if _, err := only.Get(ctxT(t), "any"); err != nil {
+		t.Fatalf("the restarted member does not serve: %v", err)
+	}
+	lock(b)
+}
