@@ -19,7 +19,7 @@ import (
 // refused.
 func TestConformance(t *testing.T) {
 	cl := sharedCluster(t)
-	c := cl.newClient(t)
+	c := sharedClient(t)
 	region := randomRegion()
 	registrytest.Run(t, registrytest.Backend{
 		NewRepository: func(t testing.TB) registry.Repository {

@@ -222,7 +222,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 // the leader's clock, and not much longer.
 func TestADeadHoldersLeaseIsExpiredByTheCluster(t *testing.T) {
 	cl := sharedCluster(t)
-	c := cl.newClient(t)
+	c := sharedClient(t)
 	region := randomRegion()
 	dying, err := clientv3.New(clientConfig(cl.endpoints(), "root", rootPassword))
 	if err != nil {

@@ -44,8 +44,32 @@ func startShared() {
 	})
 }
 
+// sharedClient returns a client of the shared cluster as root, made once:
+// authenticating a client costs a bcrypt check of the password, most of
+// a second under the race detector.
+func sharedClient(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cl := sharedCluster(t)
+	sharedCliOnce.Do(func() {
+		sharedCli, sharedCliErr = clientv3.New(clientConfig(cl.endpoints(), "root", rootPassword))
+	})
+	if sharedCliErr != nil {
+		t.Fatalf("etcd client of the shared cluster: %v", sharedCliErr)
+	}
+	return sharedCli
+}
+
+var (
+	sharedCliOnce sync.Once
+	sharedCli     *clientv3.Client
+	sharedCliErr  error
+)
+
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if sharedCli != nil {
+		sharedCli.Close()
+	}
 	stopShared()
 	if code == 0 {
 		if err := goleak.Find(leakOptions()...); err != nil {

@@ -26,7 +26,7 @@ func mustAcquire(t *testing.T, r registry.Repository, key string, ttl time.Durat
 // and keep its token; a release and a new acquisition, or a hand-off to
 // the next waiter, give a greater one.
 func TestTokensAcrossRenewalReleaseAndHandOff(t *testing.T) {
-	c := sharedCluster(t).newClient(t)
+	c := sharedClient(t)
 	region := randomRegion()
 	a := newRepo(t, c, etcdlock.WithRegion(region))
 	b := newRepo(t, c, etcdlock.WithRegion(region))
@@ -84,7 +84,7 @@ func entryLease(t *testing.T, c *clientv3.Client, region, key string) clientv3.L
 // not hear from) is not revived by a renewal, and its key is not written
 // again: another client takes the lock.
 func TestRenewalNeverRevivesALeaseTheClusterEnded(t *testing.T) {
-	c := sharedCluster(t).newClient(t)
+	c := sharedClient(t)
 	region := randomRegion()
 	a := newRepo(t, c, etcdlock.WithRegion(region))
 	b := newRepo(t, c, etcdlock.WithRegion(region))
@@ -109,7 +109,7 @@ func TestRenewalNeverRevivesALeaseTheClusterEnded(t *testing.T) {
 // with a sub-second TTL, well before the cluster would expire its lease
 // (granted for a whole second at least); a renewal after that is refused.
 func TestShortTTLEndsAtItsDeadline(t *testing.T) {
-	c := sharedCluster(t).newClient(t)
+	c := sharedClient(t)
 	region := randomRegion()
 	a := newRepo(t, c, etcdlock.WithRegion(region))
 	b := newRepo(t, c, etcdlock.WithRegion(region))
@@ -138,7 +138,7 @@ func TestShortTTLEndsAtItsDeadline(t *testing.T) {
 // A release wakes exactly the next waiter, whichever repository it is in,
 // and the others not at all.
 func TestReleaseWakesOnlyTheNextWaiter(t *testing.T) {
-	c := sharedCluster(t).newClient(t)
+	c := sharedClient(t)
 	region := randomRegion()
 	const key = "herd"
 	holder := newRepo(t, c, etcdlock.WithRegion(region))

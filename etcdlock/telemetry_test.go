@@ -15,7 +15,7 @@ import (
 // the package documentation counts them: a grant and a transaction, a
 // grant and a transaction, a revocation.
 func TestRequestsPerOperation(t *testing.T) {
-	c := sharedCluster(t).newClient(t)
+	c := sharedClient(t)
 	m := telemetrytest.NewMetrics()
 	r := newRepo(t, c, etcdlock.WithMeterProvider(m.Provider))
 	count := func() map[string]uint64 {
