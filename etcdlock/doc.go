@@ -19,9 +19,11 @@
 // # Entries and leases
 //
 // A lock on key K is a directory of keys, one per client that holds or
-// waits for it (see keys.go for the names: prefix, region, K, client id),
-// as with etcd's own concurrency.Mutex: the entry created first, by
-// create revision, holds the lock; the others wait in that order.
+// waits for it, as with etcd's own concurrency.Mutex: the prefix, the
+// region and a NUL, then K's length, ':' and K (or '#' and its hex
+// SHA-256, for keys over 256 bytes) and a NUL, then the client id. The
+// entry created first, by create revision, holds the lock; the others
+// wait in that order.
 //
 // Each entry is attached to an etcd lease of its own, granted for the TTL
 // the caller asked for, rounded up to a second (etcd's unit; the cluster
