@@ -55,28 +55,40 @@ func floorsOf(scenario, name string) (floor, insert string) {
 	return "", ""
 }
 
-// applyFloors sets each result's ratios to the floors of its scenario in
-// rs, where the floor ran in the same run.
-func applyFloors(rs []result) {
-	ops := map[[2]string]float64{}
-	for _, r := range rs {
-		if r.Skipped == "" && r.OpsPerSec != nil && *r.OpsPerSec > 0 {
-			ops[[2]string{r.Scenario, r.Contestant}] = *r.OpsPerSec
-		}
-	}
-	for i := range rs {
-		r := &rs[i]
-		floor, insert := floorsOf(r.Scenario, r.Contestant)
+// applyFloors sets on each picked result (pickRound's of its rounds) the
+// median over the rounds of its ratio to its floor in the same round:
+// rounds returns a scenario's and contestant's results in round order.
+// Interleaved, a round's contestant and floor ran minutes apart at most.
+func applyFloors(picked []result, rounds func(scenario, name string) []result) {
+	for i := range picked {
+		r := &picked[i]
 		if r.Skipped != "" || r.OpsPerSec == nil {
 			continue
 		}
-		if d, ok := ops[[2]string{r.Scenario, floor}]; ok {
-			r.Floor, r.FloorRatio = floor, fp(*r.OpsPerSec/d)
+		floor, insert := floorsOf(r.Scenario, r.Contestant)
+		own := rounds(r.Scenario, r.Contestant)
+		if q := medianRatio(own, rounds(r.Scenario, floor)); q != nil {
+			r.Floor, r.FloorRatio = floor, q
 		}
-		if d, ok := ops[[2]string{r.Scenario, insert}]; ok {
-			r.FloorInsertRatio = fp(*r.OpsPerSec / d)
+		r.FloorInsertRatio = medianRatio(own, rounds(r.Scenario, insert))
+	}
+}
+
+// medianRatio is the median over the rounds both ran of a's ops/s ÷ b's,
+// or nil when no round has both (the lower middle of an even count).
+func medianRatio(a, b []result) *float64 {
+	var qs []float64
+	for i := range min(len(a), len(b)) {
+		x, y := a[i], b[i]
+		if x.Skipped == "" && y.Skipped == "" && x.OpsPerSec != nil && y.OpsPerSec != nil && *y.OpsPerSec > 0 {
+			qs = append(qs, *x.OpsPerSec / *y.OpsPerSec)
 		}
 	}
+	if len(qs) == 0 {
+		return nil
+	}
+	slices.Sort(qs)
+	return fp(qs[(len(qs)-1)/2])
 }
 
 // groupFloorsFor returns the group floors that run with the variants of

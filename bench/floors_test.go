@@ -57,27 +57,30 @@ func TestFloorsRunBesideTheContestantsAndGiveTheirRatios(t *testing.T) {
 	}
 }
 
-func TestApplyFloorsDividesByTheFloorOfTheSameScenarioAndServer(t *testing.T) {
-	rs := []result{
-		{Scenario: "aggregator", Contestant: "postgres-4", OpsPerSec: fp(3000)},
-		{Scenario: "aggregator", Contestant: "floor-add", OpsPerSec: fp(4000)},
-		{Scenario: "aggregator", Contestant: "floor-insert", OpsPerSec: fp(6000)},
-		{Scenario: "aggregator", Contestant: "mariadb-4", OpsPerSec: fp(1000)},
-		{Scenario: "aggregator", Contestant: "mariadb-floor-add", OpsPerSec: fp(2000)},
-		{Scenario: "resequencer", Contestant: "postgres-4", OpsPerSec: fp(3000)},
-		{Scenario: "uncontended", Contestant: "lockreg-sqlite", OpsPerSec: fp(900)},
-		{Scenario: "uncontended", Contestant: "floor-durable", OpsPerSec: fp(100)},
+func TestTheFloorRatioIsTheMedianOfEachRoundsRatioToTheFloorOfTheSameScenarioAndServer(t *testing.T) {
+	rounds := map[string][]result{}
+	add := func(scenario, name string, ops ...float64) {
+		for _, v := range ops {
+			rounds[scenario+"/"+name] = append(rounds[scenario+"/"+name], result{Scenario: scenario, Contestant: name, OpsPerSec: fp(v)})
+		}
 	}
-	applyFloors(rs)
+	add("aggregator", "postgres-4", 3000, 1000, 5000)
+	add("aggregator", "floor-add", 4000, 500, 10000) // rounds: 0.75, 2, 0.5
+	add("aggregator", "floor-insert", 6000, 1000, 5000)
+	add("aggregator", "mariadb-4", 1000)
+	add("aggregator", "mariadb-floor-add", 2000)
+	add("resequencer", "postgres-4", 3000)
+	add("uncontended", "lockreg-sqlite", 900)
+	add("uncontended", "floor-durable", 100)
+	picked := []result{rounds["aggregator/postgres-4"][0], rounds["aggregator/mariadb-4"][0],
+		rounds["resequencer/postgres-4"][0], rounds["uncontended/lockreg-sqlite"][0]}
+	applyFloors(picked, func(s, c string) []result { return rounds[s+"/"+c] })
 	want := []struct {
-		floor  string
-		ratio  float64
-		insert float64
-	}{
-		{"floor-add", 0.75, 0.5}, {}, {}, {"mariadb-floor-add", 0.5, 0}, {}, {}, {}, {},
-	}
+		floor         string
+		ratio, insert float64
+	}{{"floor-add", 0.75, 1}, {"mariadb-floor-add", 0.5, 0}, {}, {}} // insert: 0.5, 1, 1
 	for i, w := range want {
-		r := rs[i]
+		r := picked[i]
 		if r.Floor != w.floor || derefF(r.FloorRatio) != w.ratio || derefF(r.FloorInsertRatio) != w.insert {
 			t.Errorf("%s/%s: floor %q ratio %v insert ratio %v; want %q %v %v", r.Scenario, r.Contestant,
 				r.Floor, derefF(r.FloorRatio), derefF(r.FloorInsertRatio), w.floor, w.ratio, w.insert)

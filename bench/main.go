@@ -269,8 +269,13 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		}
 	}
 	flush := func() {
-		for _, k := range order {
-			add(pickRound(rounds[k]))
+		picked := make([]result, len(order))
+		for i, k := range order {
+			picked[i] = pickRound(rounds[k])
+		}
+		applyFloors(picked, func(s, c string) []result { return rounds[s+"\x00"+c] }) // floorratio.go
+		for _, r := range picked {
+			add(r)
 		}
 		order, rounds = nil, map[string][]result{}
 	}
@@ -324,7 +329,6 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		otelRuns(ctx, e, cfg, add) // otel.go
 	}
 
-	applyFloors(results) // floorratio.go
 	writeMarkdown(out, cfg, e.facts(ctx), results, time.Since(began))
 	if cfg.jsonFile != "" {
 		b, err := json.MarshalIndent(results, "", "  ")
