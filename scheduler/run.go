@@ -58,6 +58,10 @@ func (s *Scheduler) execute(r *running) {
 		outcome = "abandoned"
 		s.tel.log.Warn("scheduler: execution abandoned at Stop: it is unpicked for another node",
 			"task", e.Task, "instance", e.Instance, "version", e.Version)
+	case errors.Is(cp.err, errUncertain):
+		outcome = "unrecorded"
+		s.tel.log.Warn("scheduler: completion's outcome unknown: an attempt whose reply was lost may have recorded it",
+			"task", e.Task, "instance", e.Instance, "version", e.Version)
 	case cp.err != nil:
 		outcome = "unrecorded"
 		s.tel.log.Error("scheduler: completion not recorded; the execution is revived as dead later",
@@ -154,20 +158,37 @@ func (s *Scheduler) writeBatch(batch []*groupcommit.Call[*completion]) {
 			}
 		}
 	}()
-	if len(all) > 1 && s.writeTx(ctx, all) == nil {
-		return
+	// lost: an attempt failed in a way that leaves its commit unknown (the
+	// connection went with the reply), so a retry's refusal may be of
+	// this scheduler's own write.
+	batchLost := false
+	if len(all) > 1 {
+		err := s.writeTx(ctx, all)
+		if err == nil {
+			return
+		}
+		batchLost = dialect.IsTransient(err)
 	}
 	for _, cp := range all {
 		var err error
+		lost := batchLost
 		for attempt := 0; attempt < 5; attempt++ {
 			if err = s.writeTx(ctx, []*completion{cp}); err == nil || !dialect.IsTransient(err) {
 				break
 			}
+			lost = true
 			time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+		}
+		if err == nil && lost && !cp.written {
+			err = errUncertain
 		}
 		cp.err = err
 	}
 }
+
+// errUncertain is a completion whose retry was refused after an attempt
+// whose outcome is unknown: that attempt may have written it.
+var errUncertain = errors.New("scheduler: completion refused on retry after an attempt whose reply was lost: it may be recorded")
 
 func (s *Scheduler) writeTx(ctx context.Context, all []*completion) error {
 	// One statement commits on its own: no BEGIN and COMMIT round trips.
