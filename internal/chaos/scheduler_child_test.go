@@ -78,8 +78,8 @@ type outcomeLog struct {
 }
 
 var outcomeKinds = map[string]string{
-	"scheduler: completion refused: the execution was taken from this scheduler": "refused",
-	"scheduler: completion not recorded; the execution is revived as dead later": "unrecorded",
+	"scheduler: completion refused: the execution was taken from this scheduler":                    "refused",
+	"scheduler: completion not recorded; the execution is revived as dead later":                    "unrecorded",
 	"scheduler: completion's outcome unknown: an attempt whose reply was lost may have recorded it": "unrecorded",
 	"scheduler: execution failed": "failed",
 	"scheduler: execution abandoned at Stop: it is unpicked for another node": "abandoned",
