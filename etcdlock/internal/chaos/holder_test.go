@@ -33,7 +33,8 @@ import (
 //	cycle  take the key, hold it for a moment, release it; again, for
 //	       the given iterations or, with 0, until told "STOP"
 //	hold   take the key, print "HELD token", then wait: print "LOST" when
-//	       Done closes, or release it when told "RELEASE" (print "RELEASED")
+//	       Done closes, renew it when told "RENEW" (print "RENEWED"), or
+//	       release it when told "RELEASE" (print "RELEASED")
 
 // The environment of a holder child.
 const (
@@ -181,6 +182,16 @@ func (h holder) hold(reg *registry.Registry, cmds <-chan string) error {
 				}
 			}
 		case cmd := <-cmds:
+			if cmd == "RENEW" {
+				rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+				err := l.Renew(rctx)
+				rcancel()
+				if err != nil {
+					return fmt.Errorf("renewal of token %d: %w", token, err)
+				}
+				fmt.Println("RENEWED")
+				continue
+			}
 			if cmd != "RELEASE" {
 				continue
 			}
