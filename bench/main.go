@@ -245,6 +245,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	began := time.Now()
 	e := openEnv(ctx, cfg)
 	defer e.close()
+	defer closeEtcd(e) // etcd.go: the clusters started on first use
 	want := func(s string) bool { return slices.Contains(cfg.scenarios, s) }
 
 	var results []result
@@ -329,7 +330,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		otelRuns(ctx, e, cfg, add) // otel.go
 	}
 
-	writeMarkdown(out, cfg, e.facts(ctx), results, time.Since(began))
+	writeMarkdown(out, cfg, append(e.facts(ctx), etcdFacts(e)...), results, time.Since(began))
 	if cfg.jsonFile != "" {
 		b, err := json.MarshalIndent(results, "", "  ")
 		if err != nil {
