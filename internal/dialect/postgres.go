@@ -68,7 +68,14 @@ var Postgres = register(&Dialect{
 			// it serializes with a release on the row lock, and a release
 			// either sees the flag (and hands the lease over or wakes the
 			// waiter) or runs before, and the waiter takes the expired
-			// lease itself. taken says which.
+			// lease itself. taken says which. A place only orders the
+			// waiters, so a statement that queues commits without waiting
+			// for the log flush (synchronous_commit off for its own
+			// transaction): a crash can lose only the latest places, whose
+			// waiters ask again when their listener reconnects, and a
+			// release that read a place flushes it with its own commit,
+			// which the log orders after it. One that takes the lease
+			// commits as the server is configured.
 			AcquireOrWait: `WITH a AS (` + pgAcquireOrQueue + `), ` +
 				`d AS (DELETE FROM {prefix}LOCK_WAIT WHERE LOCK_KEY = :lock_key AND REGION = :region AND CLIENT_ID = :client_id ` +
 				`AND EXISTS (SELECT 1 FROM a WHERE a.taken)), ` +
@@ -79,7 +86,8 @@ var Postgres = register(&Dialect{
 				`LEASE_MICROS = EXCLUDED.LEASE_MICROS, ` +
 				`WAITING_SINCE = CASE WHEN {prefix}LOCK_WAIT.WAITING_UNTIL < EXCLUDED.WAITING_SINCE ` +
 				`THEN EXCLUDED.WAITING_SINCE ELSE {prefix}LOCK_WAIT.WAITING_SINCE END) ` +
-				`SELECT FENCE FROM a WHERE a.taken`,
+				`SELECT FENCE FROM a WHERE CASE WHEN a.taken THEN true ` +
+				`ELSE set_config('synchronous_commit', 'off', true) IS NULL END`,
 			// The first live waiter (nx), if any, gets the lease for the
 			// length it asked for, with a new token, leaves the queue and
 			// hears of it by NOTIFY ("LOCK_KEY CLIENT_ID"), and its HOLDER
