@@ -112,9 +112,7 @@ func (s *Scheduler) reviveDead() {
 // revive writes a dead execution's completion in a transaction of its own,
 // after locking its row without waiting (PostgreSQL, MySQL/MariaDB).
 func (s *Scheduler) revive(ctx context.Context, cp *completion) error {
-	if err := s.encodeCompletion(cp); err != nil {
-		cp.c = RescheduleAfter(5 * time.Minute)
-	}
+	s.encode(cp)
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		cp.written = false
 		if lr := s.sql.lockRow; lr.SQL != "" {

@@ -103,13 +103,18 @@ func safeHandle(ctx context.Context, t *Task, f Failure) (c Completion) {
 // write records cp, batched with the completions of other threads in one
 // transaction, retrying transient failures for a while.
 func (s *Scheduler) write(cp *completion) {
+	s.encode(cp)
+	s.complete.Do(&groupcommit.Call[*completion]{Ctx: context.Background(), Item: cp})
+}
+
+// encode encodes cp's data; data that does not encode is logged and the
+// completion becomes a failure rescheduled in 5 minutes, without it.
+func (s *Scheduler) encode(cp *completion) {
 	if err := s.encodeCompletion(cp); err != nil {
-		// Data that does not encode: record the failure without it.
 		cp.c, cp.failure = RescheduleAfter(5*time.Minute), true
 		s.tel.log.Error("scheduler: completion data does not encode; retrying in 5 min", "task", cp.e.Task,
 			"instance", cp.e.Instance, "err", err)
 	}
-	s.complete.Do(&groupcommit.Call[*completion]{Ctx: context.Background(), Item: cp})
 }
 
 func (s *Scheduler) encodeCompletion(cp *completion) error {
