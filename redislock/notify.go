@@ -36,6 +36,7 @@ type listener struct {
 	channel string
 	me      string // this client: announcements of hand-offs to others are not for us
 	onError func(error)
+	tel     *repoTel // counts failed sessions; nil without instruments
 
 	mu      sync.Mutex
 	subs    map[string]map[chan<- struct{}]struct{} // by announcement
@@ -47,8 +48,8 @@ type listener struct {
 	done    chan struct{} // closed when the goroutine ends
 }
 
-func newListener(c redis.UniversalClient, channel, me string, onError func(error)) *listener {
-	return &listener{c: c, channel: channel, me: me, onError: onError, subs: make(map[string]map[chan<- struct{}]struct{})}
+func newListener(c redis.UniversalClient, channel, me string, onError func(error), t *repoTel) *listener {
+	return &listener{c: c, channel: channel, me: me, onError: onError, tel: t, subs: make(map[string]map[chan<- struct{}]struct{})}
 }
 
 func (l *listener) subscribe(ann string, c chan<- struct{}) (stop func()) {
@@ -95,6 +96,7 @@ func (l *listener) run(ctx context.Context) {
 			bo.Reset() // a working session ended: start over
 		}
 		wait := bo.Next()
+		l.tel.reconnect()
 		l.onError(fmt.Errorf("redislock: listening for released locks on %s failed (reconnecting in %v): %w",
 			l.channel, wait.Round(time.Millisecond), err))
 		l.wakeAll()

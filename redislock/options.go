@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/metric"
 
 	tel "github.com/lockreg/lockreg/internal/telemetry"
 	"github.com/lockreg/lockreg/registry"
@@ -53,6 +54,7 @@ type options struct {
 	onError    func(error)
 	onErrorSet bool
 	logger     *slog.Logger
+	meters     metric.MeterProvider
 }
 
 // WithPrefix sets the prefix of every Redis key and of the channel the
@@ -109,6 +111,7 @@ type config struct {
 	options
 	// channel is where releases of the prefix and region are announced.
 	channel string
+	tel     *repoTel // nil without WithMeterProvider
 }
 
 func invalid(option, value, why string) error {
@@ -146,6 +149,9 @@ func newConfig(opts []Option) (*config, error) {
 		c.onError = func(err error) { log.Repeated("listener", "lockreg: redislock", err) }
 	}
 	c.channel = channelName(c.prefix, c.region)
+	if err := c.newTelemetry(); err != nil {
+		return nil, fmt.Errorf("%w: WithMeterProvider: %w", ErrInvalidOption, err)
+	}
 	return c, nil
 }
 

@@ -69,7 +69,7 @@ func New(c redis.UniversalClient, opts ...Option) (*Repository, error) {
 	return &Repository{
 		c:      c,
 		cfg:    cfg,
-		ears:   newListener(c, cfg.channel, cfg.clientID, cfg.onError),
+		ears:   newListener(c, cfg.channel, cfg.clientID, cfg.onError, cfg.tel),
 		leases: make(map[string]*holding),
 	}, nil
 }
@@ -166,8 +166,10 @@ func (r *Repository) acquire(ctx context.Context, key string, ttl time.Duration,
 	if wait {
 		queue = "1"
 	}
+	start := r.cfg.tel.now()
 	res, err := acquireScript.Run(ctx, r.c, n.all(), r.cfg.clientID, lease, counter, queue,
 		strconv.FormatInt(millis(r.cfg.queueTTL), 10)).Int64Slice()
+	r.cfg.tel.command(opAcquire, start, err)
 	if err != nil {
 		return registry.Lease{}, false, err
 	}
@@ -204,7 +206,9 @@ func (r *Repository) handed(ctx context.Context, key string) (registry.Lease, bo
 		return registry.Lease{}, false, err
 	}
 	n := keyNames(r.cfg.prefix, r.cfg.region, key)
+	start := r.cfg.tel.now()
 	res, err := handedScript.Run(ctx, r.c, n.all(), r.cfg.clientID).Int64Slice()
+	r.cfg.tel.command(opHanded, start, err)
 	switch {
 	case err != nil:
 		return registry.Lease{}, false, err
@@ -232,7 +236,9 @@ func (r *Repository) Leave(ctx context.Context, key string) error {
 	r.mu.Unlock()
 	n := keyNames(r.cfg.prefix, r.cfg.region, key)
 	_, counter := lifetimes(0)
+	start := r.cfg.tel.now()
 	err := leaveScript.Run(ctx, r.c, n.all(), r.cfg.clientID, giveBack, counter, r.cfg.channel, announcement(key)).Err()
+	r.cfg.tel.command(opLeave, start, err)
 	if err != nil {
 		return wrap(ctx, what, err)
 	}
@@ -298,7 +304,9 @@ func (r *Repository) Renew(ctx context.Context, key string, ttl time.Duration) e
 	}
 	n := keyNames(r.cfg.prefix, r.cfg.region, key)
 	lease, counter := lifetimes(ttl)
+	start := r.cfg.tel.now()
 	ok, err := renewScript.Run(ctx, r.c, n.all(), r.cfg.clientID, lease, counter).Bool()
+	r.cfg.tel.command(opRenew, start, err)
 	switch {
 	case err != nil:
 		return wrap(ctx, what, err)
@@ -356,8 +364,11 @@ func (r *Repository) release(ctx context.Context, key string, token int64) (bool
 		released = strconv.FormatInt(token, 10)
 	}
 	_, counter := lifetimes(0)
-	return releaseScript.Run(ctx, r.c, n.all(), r.cfg.clientID, released, counter,
+	start := r.cfg.tel.now()
+	ok, err := releaseScript.Run(ctx, r.c, n.all(), r.cfg.clientID, released, counter,
 		r.cfg.channel, announcement(key)).Bool()
+	r.cfg.tel.command(opRelease, start, err)
+	return ok, err
 }
 
 // Close makes later Acquire calls fail with an error wrapping
