@@ -204,6 +204,9 @@ func (r *Repository) acquire(ctx context.Context, key string, h *holding, e *ent
 // in one read transaction, and takes the lease if it does. known is false
 // when the entry is gone and a new one is needed.
 func (r *Repository) again(ctx context.Context, key string, h *holding, e *entry, sent time.Time, ttl time.Duration, wait bool) (lease registry.Lease, ok, known bool, err error) {
+	if done, known, err := r.againAfterRelease(ctx, key, h, e); done { // leftover.go
+		return registry.Lease{}, false, known, err
+	}
 	first, alive, err := r.first(ctx, e)
 	switch {
 	case err != nil:
