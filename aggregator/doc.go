@@ -198,7 +198,7 @@
 // Each handled message costs a lock acquisition and release (no I/O with
 // registry.NewLocal, one statement each with a jdbc repository) and one
 // store Add (on PostgreSQL one statement, shared with the Adds that wait
-// while one is in flight: sqlstore.Config.GroupCommit); a release adds a
+// while every connection of the pool is busy: sqlstore.Config.GroupCommit); a release adds a
 // Get, a Publish and an Update. With sqlstore and no Locks the group lock
 // is the row's and costs no statement of its own: a message that does not
 // complete its group is its Add alone, and on PostgreSQL a release is one

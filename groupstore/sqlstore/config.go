@@ -38,7 +38,7 @@ const (
 	defaultRegion           = "DEFAULT"
 	defaultCleanupRetention = 7 * 24 * time.Hour
 	defaultCleanupInterval  = time.Hour
-	defaultGroupCommit      = 1
+	defaultGroupCommit      = 1 // where the pool's bound is unknown
 )
 
 // Config configures New and CreateSchema. The zero Config is valid: every
@@ -103,9 +103,22 @@ type Config struct {
 	// of the shared statement runs each Add again on its own. An Add that
 	// finds a statement free runs at once, so a quiet store adds no wait;
 	// under load an Add may wait for one statement ahead of it. Optional:
-	// 0 means 1; a negative value turns it off (every Add is a statement
-	// of its own). MySQL and SQLite, whose Add is a transaction of several
-	// statements, ignore it.
+	// 0 means as many as the database's pool may open connections
+	// (sql.DBStats.MaxOpenConnections when New is called, for a DB with a
+	// Stats method such as *sql.DB), or 1 where the pool is unbounded or
+	// its bound unknown: Adds then wait to share a statement only when
+	// every connection is busy, where they would otherwise wait for a
+	// connection. 1 makes every Add wait while one statement is in flight,
+	// which sends the fewest commits but makes an Add wait for about two
+	// statements under load: with 4 handler workers on a pool of 4 per
+	// store, 4 stores, the benchmark handled 1.4-2.0 times the messages
+	// with every Add in flight at once that it handled with 1 (3 rounds,
+	// docs/benchmarks.md). An Add waits, without a connection, while a
+	// Locked call of the same store holds its group, so that Adds in
+	// flight cannot take the connections that call may still need. A
+	// negative value turns it off (every Add is a statement of its own).
+	// MySQL and SQLite, whose Add is a transaction of several statements,
+	// ignore it.
 	GroupCommit int
 
 	// DisableCleanup turns the background clean-up off: the store starts
@@ -138,9 +151,21 @@ func (c *Config) setDefaults() {
 	if c.CleanupInterval == 0 {
 		c.CleanupInterval = defaultCleanupInterval
 	}
-	if c.GroupCommit == 0 {
-		c.GroupCommit = defaultGroupCommit
+}
+
+// groupCommit returns the Add statements in flight at once of a store on
+// db configured with n (Config.GroupCommit): n, or for 0 the bound of
+// db's pool, else defaultGroupCommit.
+func groupCommit(db DB, n int) int {
+	if n != 0 {
+		return n
 	}
+	if st, ok := db.(interface{ Stats() sql.DBStats }); ok {
+		if max := st.Stats().MaxOpenConnections; max > 0 {
+			return max
+		}
+	}
+	return defaultGroupCommit
 }
 
 // reporter returns the function that receives the clean-up's errors on

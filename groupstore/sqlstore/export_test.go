@@ -7,3 +7,11 @@ func QueuedAdds(s *Store) int {
 	}
 	return s.batch.b.Waiting()
 }
+
+// GatedAdds is the number of Adds of s waiting for a Locked call of s on
+// their group to end.
+func GatedAdds(s *Store) int {
+	s.gate.mu.Lock()
+	defer s.gate.mu.Unlock()
+	return s.gate.waiting
+}

@@ -43,6 +43,8 @@ func (s *Store) Locked(ctx context.Context, key string, fn func(context.Context,
 // locked is Locked; with ob, fn's store is an Outbox publishing through
 // ob's publisher.
 func (s *Store) locked(ctx context.Context, key string, fn func(context.Context, groupstore.Store) error, ob *Outbox) error {
+	s.gate.enter(key) // this process's Adds to the group wait without a connection
+	defer s.gate.leave(key)
 	var fnErr error
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		t := &txStore{s: s, tx: tx, key: key}

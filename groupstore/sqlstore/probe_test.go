@@ -107,9 +107,14 @@ func TestAddProbeIgnoresReleasedMessagesAndTheMessageItself(t *testing.T) {
 
 // A twin that commits while the probing Add waits for the group row is not
 // in the snapshot of the Add's statement: the Add must not report a fit.
+// The Add is another instance's (a store of its own on the same tables and
+// region): a store's own Adds wait for its Locked calls before their
+// statements.
 func TestAddProbeReportsNoFitAfterAChangeThatCommittedWhileItWaited(t *testing.T) {
-	forEachProber(t, func(t *testing.T, s *sqlstore.Store, db sqlstore.DB) {
+	forEachProber(t, func(t *testing.T, _ *sqlstore.Store, db sqlstore.DB) {
 		ctx := context.Background()
+		region := testdb.RandomRegion()
+		s, other := newStore(t, db, sqlstore.Config{Region: region}), newStore(t, db, sqlstore.Config{Region: region})
 		addProbe(t, s, "k", seqMessage("m0", "1", "3"), probeFor(1, 3), groupstore.Added)
 		fits := make(chan bool, 1)
 		err := s.Locked(ctx, "k", func(ctx context.Context, tx groupstore.Store) error {
@@ -117,7 +122,7 @@ func TestAddProbeReportsNoFitAfterAChangeThatCommittedWhileItWaited(t *testing.T
 				return err
 			}
 			go func() {
-				_, _, f, err := s.AddProbe(ctx, "k", seqMessage("m2", "2", "3"), 0, probeFor(2, 3))
+				_, _, f, err := other.AddProbe(ctx, "k", seqMessage("m2", "2", "3"), 0, probeFor(2, 3))
 				if err != nil {
 					t.Error(err)
 				}

@@ -28,7 +28,7 @@ import (
 // retried up to 4 times. Round trips: Add 1 on PostgreSQL (one statement
 // that locks the group row, inserts the message and creates or updates the
 // group; a complete group that does not know the message costs a second
-// one; Adds that wait while Config.GroupCommit are in flight share one), and elsewhere 5 (BEGIN, an upsert of the group, an insert of the
+// one; Adds that wait while Config.GroupCommit are in flight, by default as many as the pool's connections, share one), and elsewhere 5 (BEGIN, an upsert of the group, an insert of the
 // message, an update of the group, COMMIT; MySQL adds a SELECT ... FOR
 // UPDATE); Get 1 (a join); Update 3 (BEGIN, the update, COMMIT), 4 with
 // releases (the release first), 3 on PostgreSQL with IfVersion, where the
@@ -55,6 +55,7 @@ type Store struct {
 
 	retention time.Duration
 	cleaner   *cleanup.Runner // nil with DisableCleanup
+	gate      keyGate         // the groups of this process's Locked calls
 	batch     *batcher        // the group commit of Adds; nil where off or not one statement
 }
 
@@ -81,8 +82,8 @@ func New(db DB, cfg Config) (*Store, error) {
 	}
 	s := &Store{db: db, d: d, sql: compile(d, cfg.Prefix), region: cfg.Region,
 		groups: cfg.Prefix + "GROUP", msgs: cfg.Prefix + "GROUP_MESSAGE", retention: cfg.CleanupRetention}
-	if s.sql.addBatch[0].SQL != "" && cfg.GroupCommit > 0 {
-		s.batch = newBatcher(s, cfg.GroupCommit)
+	if n := groupCommit(db, cfg.GroupCommit); s.sql.addBatch[0].SQL != "" && n > 0 {
+		s.batch = newBatcher(s, n)
 	}
 	if !cfg.DisableCleanup {
 		s.cleaner = cleanup.New(cfg.CleanupInterval, &leaseRepository{db: db, opts: cfg.lockOptions(d)},
@@ -249,6 +250,11 @@ func (s *Store) add(ctx context.Context, tx *sql.Tx, key string, msg groupstore.
 		v.metadata = string(b)
 	}
 	s.cleaner.Start() // the tables have rows to clean from now on
+	if tx == nil {
+		if err := s.gate.wait(ctx, key); err != nil {
+			return groupstore.Group{}, 0, false, s.wrap(ctx, what, err)
+		}
+	}
 	var (
 		g       groupstore.Group
 		outcome groupstore.Outcome
