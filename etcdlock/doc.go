@@ -35,7 +35,22 @@
 // session's TTL, whatever TTL the lock asked for (registry.WithTTL,
 // Lock.LockTTL), and a lock could not be made to last longer than the
 // session without keeping all of them alive. It costs a lease grant per
-// acquisition, one round trip more than a session lease.
+// acquisition, a Raft write more than a session lease, unless a spare
+// lease serves:
+//
+// A client that logs in without a password (none, TLS certificates or a
+// token) keeps the lease of a released hold, which no key uses any more,
+// as a spare (up to 64 per TTL, none past half its TTL): a release then
+// deletes the entry in one transaction that checks its create revision,
+// and the next new entry of the same TTL is attached to a spare after one
+// keep-alive (LeaseKeepAlive, answered by the leader without a Raft
+// write), which makes it last from then on as long as a new grant would.
+// A waiter handed the lock keeps its lease alive the same way rather than
+// moving to a new lease. A spare has no key: a process that dies with
+// spares holds and queues for nothing. For a client with a user name and
+// password, etcd's client authenticates anew (a bcrypt check on the
+// server) for every stream it opens, a keep-alive among them, so there a
+// release revokes the lease and every new entry gets a new grant.
 //
 // The cluster expires a lease by its leader's clock, so clock skew
 // between application hosts does not move it; a new leader extends every
@@ -74,7 +89,7 @@
 // overtakes a waiter, and a client that releases and asks again at once
 // queues behind the others. Each waiter watches only the entry just before
 // its own (Notify), as concurrency.Mutex waits, so a release, which
-// revokes the holder's lease and thereby deletes its entry, wakes exactly
+// deletes the holder's entry (or revokes its lease, which deletes it), wakes exactly
 // the next waiter, in whichever process it is; that waiter then reads
 // that it holds the lock (HandedLease) and no other waiter hears of it.
 // A waiter that vanishes loses its place when its lease expires, or when
@@ -114,8 +129,10 @@
 // failover or restart resets.
 //
 // What it costs: each acquisition is two writes through Raft (a grant and
-// a transaction) and each release one (a revocation), each a round trip
-// to the leader and an fsync on a majority; a renewal is two. etcd holds
+// a transaction) and each release one (a revocation or a transaction),
+// each a round trip to the leader and an fsync on a majority; with a
+// spare lease (above), an acquisition is a keep-alive and one write. A
+// renewal is two writes. etcd holds
 // its data in memory and is built for small data (a few GiB): it suits
 // locks, not the data they guard. A cluster without a majority (two of
 // three members down) serves no lock at all, where a single PostgreSQL

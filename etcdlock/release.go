@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockreg/lockreg/registry"
 )
@@ -44,7 +45,7 @@ func (r *Repository) Renew(ctx context.Context, key string, ttl time.Duration) e
 	if e == nil {
 		return errLost(what, "this client holds no lease on it that has not passed its deadline")
 	}
-	err := r.ensure(ctx, e, sent, ttl)
+	err := r.ensure(ctx, e, sent, ttl, true)
 	switch {
 	case errors.Is(err, errLeaseLost):
 		r.lost(key, h, e)
@@ -73,14 +74,19 @@ func (r *Repository) lost(key string, h *holding, e *entry) {
 	r.mu.Unlock()
 }
 
-// Release gives up this client's lease on key by revoking its etcd lease,
-// one round trip, which deletes the entry; the next entry by create
-// revision, if any, then holds the lock, and only its watcher (see Notify)
-// is woken. It fails with an error wrapping registry.ErrLockLost when
-// this client holds no lease on key or the lease had expired. After it
-// returns nil or ErrLockLost the key no longer counts as held; after
-// another error the entry is left over, and Close revokes it. It keeps
-// working after Close.
+// Release gives up this client's lease on key by deleting its entry, one
+// transaction that deletes it only if it still exists with its create
+// revision; the next entry by create revision, if any, then holds the
+// lock, and only its watcher (see Notify) is woken. The etcd lease, which
+// no key uses any more, is kept for a later entry of the same TTL (a
+// spare, see lease.go), or revoked in the background after Close. For a
+// client that logs in with a user name and password, which keeps no
+// spares, it revokes the lease instead, one round trip, which deletes the
+// entry. It
+// fails with an error wrapping registry.ErrLockLost when this client
+// holds no lease on key or the lease had expired. After it returns nil or
+// ErrLockLost the key no longer counts as held; after another error the
+// entry is left over, and Close revokes it. It keeps working after Close.
 func (r *Repository) Release(ctx context.Context, key string) error {
 	what := opKey("release", key)
 	if err := ctx.Err(); err != nil {
@@ -107,6 +113,35 @@ func (r *Repository) Release(ctx context.Context, key string) error {
 		}
 		return errLost(what, "this client holds no lease on it")
 	}
+	if !r.keepAlives {
+		return r.revokeRelease(ctx, what, key, h, e, expired)
+	}
+	start := time.Now()
+	resp, err := r.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.n.entry), "=", e.rev)).
+		Then(clientv3.OpDelete(e.n.entry)).Commit()
+	r.cfg.tel.request("release", start, err)
+	if err != nil {
+		return r.wrap(ctx, what, err) // e stays: Close revokes it
+	}
+	r.mu.Lock()
+	sp := spare{id: e.lease, asked: e.asked, granted: e.granted, fresh: e.fresh}
+	r.mu.Unlock()
+	r.lost(key, h, e)
+	switch {
+	case !resp.Succeeded: // the cluster expired the lease, which took the entry
+		r.revokeLater(sp.id)
+		return errLost(what, "the lease had expired")
+	case expired: // the deadline's revocation is under way
+		return errLost(what, "the lease had passed its deadline")
+	}
+	r.putSpare(sp)
+	return nil
+}
+
+// revokeRelease is Release for a client whose keep-alives are not cheap
+// (Repository.keepAlives): it revokes the entry's lease, one round trip,
+// which deletes the entry.
+func (r *Repository) revokeRelease(ctx context.Context, what, key string, h *holding, e *entry, expired bool) error {
 	err := r.revoke(ctx, e.lease)
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return r.wrap(ctx, what, err) // e stays: Close revokes it
@@ -150,8 +185,9 @@ func (r *Repository) Leave(ctx context.Context, key string) error {
 // goroutines, revokes the leases of the entries that neither hold nor are
 // being acquired (places in queues, leftovers of failed calls), one round
 // trip each, bounded by ctx and by 5 s (an entry that could not be
-// revoked expires with its lease), and waits, within ctx, for
-// revocations in the background.
+// revoked expires with its lease), revokes its spare leases (which no key
+// uses) in the background, and waits, within ctx, for revocations in the
+// background.
 // Held leases are kept: Renew and Release keep working on them. Entries
 // of an earlier process with the same client id are not known to it:
 // they expire with their leases.
@@ -179,6 +215,9 @@ func (r *Repository) Close(ctx context.Context) error {
 	r.mu.Unlock()
 	r.ears.stop()
 	var errs []error
+	for _, sp := range r.takeSpares() {
+		r.revokeLater(sp.id) // no key uses it: one that cannot be revoked lapses harmlessly
+	}
 	for _, l := range left {
 		rctx, cancel := context.WithTimeout(ctx, revokeTimeout)
 		err := r.revoke(rctx, l.e.lease)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockreg/lockreg/registry"
@@ -30,6 +31,15 @@ type Repository struct {
 	bg    tracker // revocations in the background
 	mu    sync.Mutex
 	locks map[string]*holding // by caller's key
+	// spares are leases no entry uses, by the seconds they were granted
+	// for (lease.go).
+	spares map[int64][]spare
+	// keepAlives: keep-alives are cheap for c, so entries reuse spare
+	// leases and hand-offs keep their lease alive instead of moving the
+	// entry (lease.go). False for a client that logs in with a user name
+	// and password: etcd's client authenticates again, a bcrypt check on
+	// the server, for every stream it opens, and KeepAliveOnce opens one.
+	keepAlives bool
 	// closed: Close was called; closeDone: a Close revoked every leftover.
 	closed, closeDone bool
 }
@@ -71,7 +81,8 @@ func New(c *clientv3.Client, opts ...Option) (*Repository, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Repository{c: c, cfg: cfg, locks: make(map[string]*holding)}
+	r := &Repository{c: c, cfg: cfg, locks: make(map[string]*holding), spares: make(map[int64][]spare),
+		keepAlives: c.Token != "" || c.Username == "" || c.Password == ""}
 	r.ears = newNotifier(r)
 	return r, nil
 }
@@ -144,28 +155,41 @@ func (r *Repository) acquire(ctx context.Context, key string, h *holding, e *ent
 		}
 	}
 	n := keyNames(r.cfg.ns, r.cfg.clientID, key)
-	id, granted, gsent, err := r.grant(ctx, ttl)
-	if err != nil {
-		return registry.Lease{}, false, err
+	var (
+		sp   spare
+		resp *clientv3.TxnResponse
+	)
+	for {
+		var reused bool
+		var err error
+		sp, reused, err = r.newLease(ctx, ttl)
+		if err != nil {
+			return registry.Lease{}, false, err
+		}
+		put := clientv3.OpPut(n.entry, r.cfg.clientID, clientv3.WithLease(sp.id))
+		owner := clientv3.OpGet(n.dir, clientv3.WithFirstCreate()...)
+		txn := r.c.Txn(ctx)
+		if wait { // enqueue: write the entry unless it exists
+			txn = txn.If(clientv3.Compare(clientv3.CreateRevision(n.entry), "=", 0)).
+				Then(put, owner).Else(clientv3.OpGet(n.entry), owner)
+		} else { // take only a lock that nobody holds or waits for
+			txn = txn.If(clientv3.Compare(clientv3.CreateRevision(n.dir), "=", 0).WithPrefix()).
+				Then(put).Else(owner)
+		}
+		start := time.Now()
+		resp, err = txn.Commit()
+		r.cfg.tel.request("acquire", start, err)
+		if reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			continue // the spare lapsed after its keep-alive: nothing was written
+		}
+		if err != nil {
+			r.revokeLater(sp.id) // the entry, if the transaction wrote it after all, goes with it
+			return registry.Lease{}, false, err
+		}
+		break
 	}
-	put := clientv3.OpPut(n.entry, r.cfg.clientID, clientv3.WithLease(id))
-	owner := clientv3.OpGet(n.dir, clientv3.WithFirstCreate()...)
-	txn := r.c.Txn(ctx)
-	if wait { // enqueue: write the entry unless it exists
-		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(n.entry), "=", 0)).
-			Then(put, owner).Else(clientv3.OpGet(n.entry), owner)
-	} else { // take only a lock that nobody holds or waits for
-		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(n.dir), "=", 0).WithPrefix()).
-			Then(put).Else(owner)
-	}
-	start := time.Now()
-	resp, err := txn.Commit()
-	r.cfg.tel.request("acquire", start, err)
-	if err != nil {
-		r.revokeLater(id) // the entry, if the transaction wrote it after all, goes with it
-		return registry.Lease{}, false, err
-	}
-	fresh := &entry{n: n, lease: id, granted: granted, fresh: gsent, ttl: ttl}
+	id := sp.id
+	fresh := &entry{n: n, lease: id, granted: sp.granted, asked: sp.asked, fresh: sp.fresh, ttl: ttl}
 	var first *int64
 	switch {
 	case resp.Succeeded:
@@ -176,21 +200,21 @@ func (r *Repository) acquire(ctx context.Context, key string, h *holding, e *ent
 			first = &fresh.rev
 		}
 	case wait: // this client's entry exists, written by a call whose reply was lost
-		r.revokeLater(id)
+		r.putSpare(sp)
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
 			return registry.Lease{}, false, errors.New("the entry vanished within the transaction")
 		}
-		fresh.rev, fresh.lease, fresh.granted = kvs[0].CreateRevision, clientv3.LeaseID(kvs[0].Lease), 0
+		fresh.rev, fresh.lease, fresh.granted, fresh.asked = kvs[0].CreateRevision, clientv3.LeaseID(kvs[0].Lease), 0, 0
 		first = firstRev(resp.Responses[1])
 	default:
-		r.revokeLater(id)
+		r.putSpare(sp) // nothing was written with it
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 || string(kvs[0].Key) != n.entry {
 			return registry.Lease{}, false, nil // held or awaited by another client
 		}
 		// This client's entry holds the lock: written by a call whose reply was lost.
-		fresh.rev, fresh.lease, fresh.granted = kvs[0].CreateRevision, clientv3.LeaseID(kvs[0].Lease), 0
+		fresh.rev, fresh.lease, fresh.granted, fresh.asked = kvs[0].CreateRevision, clientv3.LeaseID(kvs[0].Lease), 0, 0
 		first = &fresh.rev
 	}
 	r.setEntry(key, h, fresh)
@@ -227,7 +251,7 @@ func (r *Repository) again(ctx context.Context, key string, h *holding, e *entry
 	half := e.lasts(time.Now(), e.granted/2)
 	r.mu.Unlock()
 	if wait && !half {
-		if err := r.ensure(ctx, e, time.Now(), ttl); errors.Is(err, errLeaseLost) {
+		if err := r.ensure(ctx, e, time.Now(), ttl, false); errors.Is(err, errLeaseLost) {
 			r.setEntry(key, h, nil)
 			return registry.Lease{}, false, true, nil
 		} else if err != nil {
@@ -265,7 +289,7 @@ func firstRev(op *pb.ResponseOp) *int64 {
 // for ttl from sent: the lease is made to last that long, and the deadline
 // set.
 func (r *Repository) hold(ctx context.Context, key string, h *holding, e *entry, sent time.Time, ttl time.Duration) (registry.Lease, bool, error) {
-	if err := r.ensure(ctx, e, sent, ttl); err != nil {
+	if err := r.ensure(ctx, e, sent, ttl, false); err != nil {
 		if errors.Is(err, errLeaseLost) {
 			r.setEntry(key, h, nil)
 		}

@@ -16,7 +16,9 @@ const scope = "github.com/lockreg/lockreg/etcdlock"
 
 // WithMeterProvider makes the repository record the duration of its etcd
 // requests with mp ("lockreg.etcd.request.duration", s, by operation:
-// grant, acquire (transactions that write), revoke, read, and outcome: ok or error) and
+// grant, acquire (transactions that write an entry), release (the
+// transaction that deletes a released entry), keepalive, revoke, read,
+// and outcome: ok or error) and
 // count the watches that wake waiters and failed
 // ("lockreg.etcd.watch.failures"). Without it, or with OpenTelemetry's
 // no-op provider, it records nothing, at the cost of a nil check per
