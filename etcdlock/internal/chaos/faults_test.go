@@ -337,10 +337,11 @@ func TestClusterRestartedFromItsData(t *testing.T) {
 	if has(recs, "EXIT", 0) || countEnters(recs, 0) != 1 {
 		t.Fatalf("the holder held the key again\n%s", dump(recs))
 	}
-	_, after := enters(recs, "cluster restarted")
-	next, _ := entered(recs, 1)
-	if after != 1 || next.token <= tokenA.CreateRevision {
-		t.Fatalf("the waiter's hold: token %d, %d holds after the restart\n%s", next.token, after, dump(recs))
+	// The waiter's hold came after the holder's LOST (check), so after the
+	// restart unless the holder lost the key before the cluster was killed.
+	next, ok := entered(recs, 1)
+	if !ok || next.token <= tokenA.CreateRevision {
+		t.Fatalf("the waiter's hold: token %d, the holder's %d\n%s", next.token, tokenA.CreateRevision, dump(recs))
 	}
 	fate := "revoked by its repository when the cluster answered again"
 	if held {
