@@ -39,7 +39,9 @@
 //
 // The repository for SQL databases is in package
 // github.com/lockreg/lockreg/jdbc, the one for Redis in package
-// github.com/lockreg/lockreg/redislock; [NewLocal] needs no database.
+// github.com/lockreg/lockreg/redislock, the one for etcd v3 in package
+// github.com/lockreg/lockreg/etcdlock (a module of its own); [NewLocal]
+// needs no database.
 //
 // # Observability
 //
