@@ -41,6 +41,53 @@ type entry struct {
 	deadline time.Time     // a hold's end unless renewed
 	timer    *time.Timer   // fires at the deadline; nil until the first hold
 	gone     bool          // the deadline passed or the lease is lost: it counts for nothing
+	// moving counts the calls of ensure in flight that move the entry to
+	// a new lease (a grant, then a transaction); moved is closed when it
+	// drops to 0. releasing: a Release waited for them and began: no move
+	// starts any more, so the lease it revokes is the entry's.
+	moving    int
+	moved     chan struct{}
+	releasing bool
+}
+
+// beginMove counts a move of e in flight. r.mu must be held.
+func (e *entry) beginMove() {
+	if e.moving == 0 {
+		e.moved = make(chan struct{})
+	}
+	e.moving++
+}
+
+func (r *Repository) endMove(e *entry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.moving--; e.moving == 0 {
+		close(e.moved)
+		e.moved = nil
+	}
+}
+
+// settle waits until no move of e is in flight and marks e releasing, so
+// that none starts: a release that revoked the old lease while a renewal
+// moved the entry to a new one would leave the entry, and the lock, held
+// by a lease that nobody renews or revokes (and the same client's next
+// acquisition would take it back with the same token).
+func (r *Repository) settle(ctx context.Context, e *entry) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for e.moving > 0 {
+		moved := e.moved
+		r.mu.Unlock()
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			r.mu.Lock()
+			return ctx.Err()
+		}
+		r.mu.Lock()
+	}
+	e.releasing = true
+	return nil
 }
 
 // seconds is ttl rounded up to whole seconds, at least 1.
@@ -202,9 +249,16 @@ var errLeaseLost = errors.New("the etcd lease expired or was revoked")
 // keep-alive loop (KeepAlive) sends only every third of the TTL.
 func (r *Repository) ensure(ctx context.Context, e *entry, from time.Time, ttl time.Duration, prove bool) error {
 	r.mu.Lock()
-	ok, gone := e.lasts(from, ttl), e.gone
+	ok, gone := e.lasts(from, ttl), e.gone || e.releasing
 	lease, keep := e.lease, r.keepAlives && !prove && e.asked > 0 && e.asked == seconds(ttl)
+	move := !gone && !ok && !keep
+	if move {
+		e.beginMove() // a Release waits for it (settle)
+	}
 	r.mu.Unlock()
+	if move {
+		defer r.endMove(e)
+	}
 	switch {
 	case gone:
 		return errLeaseLost

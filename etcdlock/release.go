@@ -113,6 +113,9 @@ func (r *Repository) Release(ctx context.Context, key string) error {
 		}
 		return errLost(what, "this client holds no lease on it")
 	}
+	if err := r.settle(ctx, e); err != nil { // a renewal in flight may move the entry
+		return r.wrap(ctx, what, err) // e stays: the next acquisition, or Close, ends it
+	}
 	if !r.keepAlives {
 		return r.revokeRelease(ctx, what, key, h, e, expired)
 	}
@@ -142,7 +145,10 @@ func (r *Repository) Release(ctx context.Context, key string) error {
 // (Repository.keepAlives): it revokes the entry's lease, one round trip,
 // which deletes the entry.
 func (r *Repository) revokeRelease(ctx context.Context, what, key string, h *holding, e *entry, expired bool) error {
-	err := r.revoke(ctx, e.lease)
+	r.mu.Lock()
+	lease := e.lease // settled: no renewal moves it any more
+	r.mu.Unlock()
+	err := r.revoke(ctx, lease)
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return r.wrap(ctx, what, err) // e stays: Close revokes it
 	}
