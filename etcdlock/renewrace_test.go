@@ -16,7 +16,9 @@ import (
 // moved the entry to a new lease, its reply not yet back, when Release is
 // called. The release must still free the lock: the entry is gone when it
 // returns, another client takes the key, and this client's next
-// acquisition has a greater token. (Found by the chaos tests' leader kill,
+// acquisition has a greater token. The client logs in with a password, so
+// that its Release revokes the entry's lease (revokeRelease), where the
+// race was. (Found by the chaos tests' leader kill,
 // where a renewal slowed by the election met a release: Release revoked
 // the old lease, which no key used any more, and returned nil, leaving
 // the entry on the new one; the next acquisition of the same client took
