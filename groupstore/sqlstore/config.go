@@ -111,12 +111,13 @@ type Config struct {
 	// connection. 1 makes every Add wait while one statement is in flight,
 	// which sends the fewest commits but makes an Add wait for about two
 	// statements under load: with 4 handler workers on a pool of 4 per
-	// store, 4 stores, the benchmark handled 1.4-2.0 times the messages
-	// with every Add in flight at once that it handled with 1 (3 rounds,
-	// docs/benchmarks.md). An Add waits, without a connection, while a
-	// Locked call of the same store holds its group, so that Adds in
-	// flight cannot take the connections that call may still need. A
-	// negative value turns it off (every Add is a statement of its own).
+	// store, 4 stores, the benchmark handled 1.1-2.0 times the messages
+	// with every Add in flight at once that it handled with 1 (two runs of
+	// 3 interleaved rounds, docs/benchmarks.md). An Add waits, without a
+	// connection, while a Locked call of the same store holds its group,
+	// so that Adds in flight cannot take the connections that call may
+	// still need. A negative value turns it off (every Add is a statement
+	// of its own).
 	// MySQL and SQLite, whose Add is a transaction of several statements,
 	// ignore it.
 	GroupCommit int
