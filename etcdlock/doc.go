@@ -42,9 +42,11 @@
 // token) keeps the lease of a released hold, which no key uses any more,
 // as a spare (up to 64 per TTL, none past half its TTL): a release then
 // deletes the entry in one transaction that checks its create revision,
-// and the next new entry of the same TTL is attached to a spare after one
+// and the next new entry of the same TTL is attached to a spare with one
 // keep-alive (LeaseKeepAlive, answered by the leader without a Raft
-// write), which makes it last from then on as long as a new grant would.
+// write) sent beside the transaction that writes the entry: the entry
+// counts only once both succeeded, and the keep-alive, sent after the call
+// began, makes the lease last from then on as long as a new grant would.
 // A waiter handed the lock keeps its lease alive the same way rather than
 // moving to a new lease. A spare has no key: a process that dies with
 // spares holds and queues for nothing. For a client with a user name and
@@ -131,7 +133,8 @@
 // What it costs: each acquisition is two writes through Raft (a grant and
 // a transaction) and each release one (a revocation or a transaction),
 // each a round trip to the leader and an fsync on a majority; with a
-// spare lease (above), an acquisition is a keep-alive and one write. A
+// spare lease (above), an acquisition is one write and a keep-alive sent
+// beside it. A
 // renewal is two writes. etcd holds
 // its data in memory and is built for small data (a few GiB): it suits
 // locks, not the data they guard. A cluster without a majority (two of

@@ -160,10 +160,23 @@ func (r *Repository) acquire(ctx context.Context, key string, h *holding, e *ent
 		resp *clientv3.TxnResponse
 	)
 	for {
-		var reused bool
 		var err error
-		sp, reused, err = r.newLease(ctx, ttl)
-		if err != nil {
+		// A spare's keep-alive goes out beside the transaction, not
+		// before it: the entry counts only once both have succeeded, and
+		// the keep-alive, sent after this call began, then makes the lease
+		// last its TTL from then (see ka below).
+		var reused bool
+		sp, reused = r.takeSpare(ttl)
+		ka := make(chan error, 1)
+		var kaGranted time.Duration
+		var kaSent time.Time
+		if reused {
+			go func(id clientv3.LeaseID) { // joined below, bounded by ctx
+				var err error
+				kaGranted, kaSent, err = r.refresh(ctx, id)
+				ka <- err
+			}(sp.id)
+		} else if sp, _, err = r.newLease(ctx, ttl); err != nil {
 			return registry.Lease{}, false, err
 		}
 		put := clientv3.OpPut(n.entry, r.cfg.clientID, clientv3.WithLease(sp.id))
@@ -179,8 +192,25 @@ func (r *Repository) acquire(ctx context.Context, key string, h *holding, e *ent
 		start := time.Now()
 		resp, err = txn.Commit()
 		r.cfg.tel.request("acquire", start, err)
-		if reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			continue // the spare lapsed after its keep-alive: nothing was written
+		if reused {
+			kaErr := <-ka
+			switch {
+			case kaErr == nil:
+				sp.granted, sp.fresh = kaGranted, kaSent
+			case errors.Is(kaErr, errLeaseLost):
+				// The spare lapsed: the transaction failed for it, or wrote
+				// an entry that the lease's expiry deleted.
+				continue
+			default: // the lease's life is unknown: revoking it deletes any entry written
+				r.revokeLater(sp.id)
+				if err == nil {
+					err = kaErr
+				}
+				return registry.Lease{}, false, err
+			}
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				continue // cannot be after a keep-alive that found the lease, but costs nothing to handle
+			}
 		}
 		if err != nil {
 			r.revokeLater(sp.id) // the entry, if the transaction wrote it after all, goes with it
