@@ -68,40 +68,28 @@ var Postgres = register(&Dialect{
 			// it serializes with a release on the row lock, and a release
 			// either sees the flag (and hands the lease over or wakes the
 			// waiter) or runs before, and the waiter takes the expired
-			// lease itself. taken says which.
-			//
-			// placeLapses: a place that is served or taken lapses in place
-			// (WAITING_UNTIL in the past) instead of being deleted, so that
-			// the client's next place updates the same row: a HOT update,
-			// no new index entry and no dead row for every later look-up
-			// of the key's queue to step over until a vacuum (at 16
-			// instances on one key the hand-off statement ran in 123
-			// instead of 140 µs, with 5 % more acquisitions). The clean-up
-			// deletes lapsed places.
-			//
-			// A place only orders the waiters, so a statement that queues
-			// commits without waiting for the log flush (synchronous_commit
-			// off for its own transaction): a crash can lose only the
-			// latest places, whose waiters ask again when their listener
-			// reconnects, and a release that read a place flushes it with
-			// its own commit, which the log orders after it. One that
-			// takes the lease commits as the server is configured.
+			// lease itself. taken says which. A place only orders the
+			// waiters, so a statement that queues commits without waiting
+			// for the log flush (synchronous_commit off for its own
+			// transaction): a crash can lose only the latest places, whose
+			// waiters ask again when their listener reconnects, and a
+			// release that read a place flushes it with its own commit,
+			// which the log orders after it. One that takes the lease
+			// commits as the server is configured.
 			AcquireOrWait: `WITH a AS (` + pgAcquireOrQueue + `), ` +
-				`d AS (UPDATE {prefix}LOCK_WAIT SET WAITING_UNTIL = {past} ` +
-				`WHERE LOCK_KEY = :lock_key AND REGION = :region AND CLIENT_ID = :client_id ` +
+				`d AS (DELETE FROM {prefix}LOCK_WAIT WHERE LOCK_KEY = :lock_key AND REGION = :region AND CLIENT_ID = :client_id ` +
 				`AND EXISTS (SELECT 1 FROM a WHERE a.taken)), ` +
 				`w AS (INSERT INTO {prefix}LOCK_WAIT (LOCK_KEY, REGION, CLIENT_ID, WAITING_SINCE, WAITING_UNTIL, LEASE_MICROS, HOLDER) ` +
 				`SELECT :lock_key, :region, :client_id, {now}, {now+:wait}, :ttl, :holder ` +
 				`WHERE NOT EXISTS (SELECT 1 FROM a WHERE a.taken) ` +
 				`ON CONFLICT (LOCK_KEY, REGION, CLIENT_ID) DO UPDATE SET WAITING_UNTIL = EXCLUDED.WAITING_UNTIL, ` +
-				`LEASE_MICROS = EXCLUDED.LEASE_MICROS, HOLDER = EXCLUDED.HOLDER, ` +
+				`LEASE_MICROS = EXCLUDED.LEASE_MICROS, ` +
 				`WAITING_SINCE = CASE WHEN {prefix}LOCK_WAIT.WAITING_UNTIL < EXCLUDED.WAITING_SINCE ` +
 				`THEN EXCLUDED.WAITING_SINCE ELSE {prefix}LOCK_WAIT.WAITING_SINCE END) ` +
 				`SELECT FENCE FROM a WHERE CASE WHEN a.taken THEN true ` +
 				`ELSE set_config('synchronous_commit', 'off', true) IS NULL END`,
 			// The first live waiter (nx), if any, gets the lease for the
-			// length it asked for, with a new token, leaves the queue (its
-			// place lapses, see placeLapses) and
+			// length it asked for, with a new token, leaves the queue and
 			// hears of it by NOTIFY ("LOCK_KEY CLIENT_ID"), and its HOLDER
 			// becomes the row's; otherwise the row expires in place.
 			// QUEUED_UNTIL becomes the last deadline of the waiters that
@@ -126,8 +114,7 @@ var Postgres = register(&Dialect{
 				`THEN l.QUEUED_UNTIL ELSE (SELECT u FROM rest) END ` +
 				`WHERE l.REGION = :region AND l.LOCK_KEY = :lock_key AND l.CLIENT_ID = :client_id ` +
 				`RETURNING l.LOCK_KEY, l.QUEUED_UNTIL), ` +
-				`d AS (UPDATE {prefix}LOCK_WAIT w SET WAITING_UNTIL = {past} FROM nx, r ` +
-				`WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region ` +
+				`d AS (DELETE FROM {prefix}LOCK_WAIT w USING nx, r WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region ` +
 				`AND w.CLIENT_ID = nx.CLIENT_ID) ` +
 				`SELECT count(*) FROM r LEFT JOIN LATERAL (SELECT pg_notify(CAST(:channel AS TEXT), ` +
 				`CAST(r.LOCK_KEY AS TEXT) || COALESCE(' ' || CAST((SELECT CLIENT_ID FROM nx) AS TEXT), '')) ` +
