@@ -251,7 +251,10 @@ func (e *env) reset(ctx context.Context, c contestant) error {
 			return err
 		}
 		defer db.Close()
-		tables := strings.ToLower(lockregPrefix+"LOCK, "+springPrefix+"LOCK, ") + shedlockTable + ", " + pglockTable
+		// The queue tables too: without autovacuum (as on the benchmark's
+		// machine) their dead places would pile up from run to run.
+		tables := strings.ToLower(lockregPrefix+"LOCK, "+lockregPrefix+"LOCK_WAIT, "+springPrefix+"LOCK, "+springPrefix+"LOCK_WAIT, ") +
+			shedlockTable + ", " + pglockTable
 		for _, q := range []string{"TRUNCATE " + tables, "VACUUM (ANALYZE) " + tables, "CHECKPOINT"} {
 			if _, err := db.ExecContext(ctx, q); err != nil {
 				return fmt.Errorf("%s: %w", q, err)
