@@ -43,14 +43,19 @@ import (
 // The perkey children's settings.
 const (
 	perKeyTTL      = time.Second
-	perKeyLongRate = 0.002                // share of handler calls that run long
-	perKeyLong     = 5 * perKeyTTL / 2    // a long handler's run
-	perKeyPaused   = 4 * perKeyTTL        // the run of the handler the test pauses
-	entityKey      = "entity_id"          // the metadata key lockmw reads
-	perKeyParent   = -1                   // the child index of the test process's own runs
-	perKeyEvent    = "long"               // the report verb of a paused handler's start
-	perKeyCommand  = "long"               // the standard-input line that asks for one
-	perKeyPrefix   = lockmw.DefaultPrefix // of the lock keys
+	perKeyLongRate = 0.002             // share of handler calls that run long
+	perKeyLong     = 5 * perKeyTTL / 2 // a long handler's run
+	perKeyPaused   = 4 * perKeyTTL     // the run of the handler the test pauses
+	entityKey      = "entity_id"       // the metadata key lockmw reads
+	perKeyParent   = -1                // the child index of the test process's own runs
+	perKeyEvent    = "long"            // the report verb of a paused handler's start
+	perKeyCommand  = "long"            // the standard-input line that asks for one
+	// perKeyRenewCommand asks for one long run (perKeyLong) that nobody
+	// pauses: with this run's 1 000 messages the random ones (perKeyLongRate)
+	// are about two, none in about one run in eight, and the check needs
+	// one acked after outliving the TTL.
+	perKeyRenewCommand = "renew"
+	perKeyPrefix       = lockmw.DefaultPrefix // of the lock keys
 )
 
 // perKeyTables returns the tables of the guard and of the run records of
@@ -79,6 +84,7 @@ type perKeyWorker struct {
 	child       int
 	counters    *childCounters
 	longNext    atomic.Bool
+	renewNext   atomic.Bool // the next run is long, not paused (perKeyRenewCommand)
 	report      func(format string, args ...any)
 	mu          sync.Mutex
 	rng         *rand.Rand
@@ -153,7 +159,7 @@ func (w *perKeyWorker) handle(m *message.Message) error {
 	case w.longNext.CompareAndSwap(true, false):
 		d = perKeyPaused
 		w.report("%s key=%s uuid=%s token=%d", perKeyEvent, run.key, m.UUID, token)
-	case w.draw() < perKeyLongRate:
+	case w.renewNext.CompareAndSwap(true, false), w.draw() < perKeyLongRate:
 		d = perKeyLong
 	}
 	if d > 0 {
@@ -206,8 +212,11 @@ func runPerKeyChild(cfg childConfig) error {
 	go func() {
 		in := bufio.NewScanner(os.Stdin)
 		for in.Scan() {
-			if in.Text() == perKeyCommand {
+			switch in.Text() {
+			case perKeyCommand:
 				w.longNext.Store(true)
+			case perKeyRenewCommand:
+				w.renewNext.Store(true)
 			}
 		}
 		cancel() // EOF: the parent stops this child, or has died
@@ -308,6 +317,11 @@ func TestPerKeyClusterNeverOverlapsAKeyAndNacksStaleRunsDespiteAKilledAndAPaused
 	c := startCluster(t, db, dsn, defaultCluster(kindPerKey))
 	pk := newPerKeyCluster(t, c, keys)
 	msgs := pk.workload(messages)
+	for _, i := range []int{2, 3} { // neither killed nor paused
+		if _, err := fmt.Fprintln(c.children[i].stdin, perKeyRenewCommand); err != nil {
+			t.Fatalf("asking child %d for a long run: %v", i, err)
+		}
+	}
 	c.publish(msgs)
 	t.Logf("%v: published %d messages of %d keys", c.elapsed(), messages, keys)
 
