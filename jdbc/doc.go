@@ -65,8 +65,19 @@
 // queues behind them. The release statement hands the
 // lease directly to the first live waiter, with a new token and the lease
 // length that waiter asked for, and tells it with a NOTIFY; WithListener
-// makes the repository listen, so that the waiter, woken at once, only
-// reads the lease it was given (HandedLease, one SELECT) instead of writing.
+// makes the repository listen, so that the waiter, woken at once, takes
+// the lease it was given without writing: the announcement carries the
+// new token and the lease's length, which the release starts only once it
+// has the row, so after the waiter's latest queue statement, and the
+// waiter counts the lease from when it sent that statement (HandedLease:
+// no statement at all, or one SELECT of the row when the announcement's
+// token is not greater than the one that statement found, or when the
+// wait took more than half of the lease). A release by a lockreg from
+// before announcements carried the lease (December 2026) makes the waiter
+// read the row; a waiter of such a lockreg does not recognise the new
+// announcements and takes a lease handed to it at its next poll
+// (registry.WithIdleBetweenTries), so during a rolling upgrade a hand-off
+// may wait that long.
 // Clients without a listener do not queue: they poll, and whoever polls
 // first after a release takes the lease, as with Spring Integration (but
 // never ahead of a listening waiter). Each of

@@ -27,3 +27,7 @@ func GroupCommitsWaiting(r *LockRepository) int {
 	}
 	return n
 }
+
+// Announce passes payload to r's listener as if it had arrived on its
+// channel.
+func Announce(r *LockRepository, payload string) { r.listeners.wake(payload) }

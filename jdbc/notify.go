@@ -3,6 +3,7 @@ package jdbc
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,10 @@ type listenerHub struct {
 	clientID string // this client: announcements of hand-offs to others are not for us
 	onError  func(error)
 	tel      *repoTel // counts reconnections; nil without instruments
+	// handed, if set, hears of each hand-off to this client that an
+	// announcement tells of (its held-set key, token and lease
+	// microseconds), before the waiter is woken.
+	handed func(lockKey string, token, micros int64)
 	// sleep waits d or until ctx is done, reporting whether d passed; tests
 	// replace it before the listener starts.
 	sleep func(ctx context.Context, d time.Duration) bool
@@ -149,15 +154,23 @@ func (e *listenerHub) run(ctx context.Context) {
 
 // wake passes on an announcement: "LOCK_KEY", or "LOCK_KEY CLIENT_ID"
 // when a release handed the lease to CLIENT_ID, which is then the only
-// waiter to wake. A LOCK_KEY (WithKeyMapping) and a client id may hold
-// spaces, so every reading of the payload that names a key waited for
-// here counts: a wake-up is a hint, and a spurious one costs one try.
+// waiter to wake, followed (since lockreg's hand-offs carried their
+// lease) by chr(31), the token, chr(31) and the lease's microseconds. A
+// LOCK_KEY (WithKeyMapping) and a client id may hold spaces, so every
+// reading of the payload that names a key waited for here counts: a
+// wake-up is a hint, and a spurious one costs one try. A hand-off's lease
+// is passed on only to a wait whose latest queue statement found a lower
+// token (waitQueue.handedByAnnouncement).
 func (e *listenerHub) wake(payload string) {
+	payload, token, micros := cutLease(payload)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.wakeKey(payload)
 	for i := strings.IndexByte(payload, ' '); i >= 0; {
 		if strings.TrimSpace(payload[i+1:]) == e.clientID {
+			if token > 0 && e.handed != nil {
+				e.handed(heldKey(payload[:i]), token, micros)
+			}
 			e.wakeKey(payload[:i])
 		}
 		j := strings.IndexByte(payload[i+1:], ' ')
@@ -166,6 +179,26 @@ func (e *listenerHub) wake(payload string) {
 		}
 		i += 1 + j
 	}
+}
+
+// cutLease splits a hand-off's token and lease microseconds off an
+// announcement; token is 0 when it carries none (an announcement of the
+// key alone, or one from a release of an earlier version).
+func cutLease(payload string) (rest string, token, micros int64) {
+	i := strings.LastIndexByte(payload, 31)
+	if i < 0 {
+		return payload, 0, 0
+	}
+	j := strings.LastIndexByte(payload[:i], 31)
+	if j < 0 {
+		return payload, 0, 0
+	}
+	t, err1 := strconv.ParseInt(payload[j+1:i], 10, 64)
+	m, err2 := strconv.ParseInt(payload[i+1:], 10, 64)
+	if err1 != nil || err2 != nil || t <= 0 || m <= 0 {
+		return payload, 0, 0
+	}
+	return payload[:j], t, m
 }
 
 // wakeKey wakes the waiters of lockKey (trailing blanks of a CHAR column

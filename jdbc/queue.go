@@ -3,6 +3,7 @@ package jdbc
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/lockreg/lockreg/internal/dialect"
@@ -17,6 +18,79 @@ import (
 type waitQueue struct {
 	acquireOrWait, handed *stmt
 	leave, sweep          dialect.Query
+
+	mu     sync.Mutex
+	places map[string]place // this client's waits, by held-set key
+}
+
+// place is what this client knows of one of its waits: when its latest
+// queue statement that did not take the lease was sent and the token it
+// found on the row, and the latest hand-off to it that an announcement
+// told of. A hand-off whose token is greater than the one found was
+// written after that statement (tokens only grow), and its lease runs
+// from after the statement's commit (see dialect.QueueSQL.Release), so it
+// lasts at least until sent plus its microseconds.
+type place struct {
+	sent          time.Time
+	found         int64
+	token, micros int64
+}
+
+// queued records a queue statement sent at sent that found token found
+// and did not take the lease; a token of 0 (none found) records nothing.
+func (q *waitQueue) queued(hk string, sent time.Time, found int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if found <= 0 {
+		delete(q.places, hk)
+		return
+	}
+	p := q.places[hk]
+	p.sent, p.found = sent, found
+	if q.places == nil {
+		q.places = make(map[string]place)
+	}
+	q.places[hk] = p
+}
+
+// announced records an announcement that a release handed the lease on
+// hk to this client with token and a lease of micros; the listener calls
+// it before it wakes the waiter.
+func (q *waitQueue) announced(hk string, token, micros int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if p, ok := q.places[hk]; ok && token > p.token {
+		p.token, p.micros = token, micros
+		q.places[hk] = p
+	}
+}
+
+// handedByAnnouncement returns the lease that an announcement handed to
+// this client's wait on hk, if one did after its latest queue statement
+// and at least half of the lease is left by this client's clock (else the
+// row's SELECT tells the longer time the lease really has), and ends the
+// wait.
+func (q *waitQueue) handedByAnnouncement(hk string) (registry.Lease, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	p, ok := q.places[hk]
+	if !ok || p.token <= p.found {
+		return registry.Lease{}, false
+	}
+	lease := time.Duration(p.micros) * time.Microsecond
+	left := time.Until(p.sent.Add(lease))
+	if left < lease/2 {
+		return registry.Lease{}, false
+	}
+	delete(q.places, hk)
+	return registry.Lease{Token: p.token, TTL: left}, true
+}
+
+// forget ends the record of this client's wait on hk.
+func (q *waitQueue) forget(hk string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.places, hk)
 }
 
 // AcquireOrWait is Acquire that, on PostgreSQL with WithListener, also
@@ -35,14 +109,31 @@ func (r *LockRepository) AcquireOrWait(ctx context.Context, key string, ttl time
 	if r.queue == nil || r.listeners == nil {
 		return r.Acquire(ctx, key, ttl)
 	}
-	return r.acquireWith(ctx, "acquire", key, ttl, r.queue.acquireOrWait)
+	sent := time.Now()
+	lease, ok, err := r.acquireWith(ctx, "acquire", key, ttl, r.queue.acquireOrWait)
+	if err != nil {
+		return registry.Lease{}, false, err
+	}
+	hk := r.mustHeldKey(key) // acquireWith checked the key
+	if ok {
+		r.queue.forget(hk)
+		return lease, true, nil
+	}
+	r.queue.queued(hk, sent, lease.Token)
+	return registry.Lease{}, false, nil
 }
 
 // HandedLease reports whether a release handed this client the lease on key:
 // on PostgreSQL a release gives the lease to the first live waiter, with a
-// new token, so that the waiter only has to read it, one SELECT, instead of
-// writing. The lease's TTL is what remains of it. Elsewhere it reports
-// false.
+// new token, and its announcement carries the token and the lease's
+// length, so that the waiter, woken by it, takes the lease with no
+// statement at all, or reads it, one SELECT, when the announcement was
+// not heard or its token may be stale (not greater than the token the
+// waiter's latest queue statement found), or when the wait took more than
+// half of the lease. The lease's TTL is what remains of it, by the
+// waiter's clock counted from its latest queue statement (the release
+// began its lease after that statement) or by the row's SELECT. Elsewhere
+// it reports false.
 func (r *LockRepository) HandedLease(ctx context.Context, key string) (registry.Lease, bool, error) {
 	if r.queue == nil {
 		return registry.Lease{}, false, nil
@@ -51,6 +142,10 @@ func (r *LockRepository) HandedLease(ctx context.Context, key string) (registry.
 	lk, hk, h, _, err := r.startAcquire(what, key)
 	if err != nil {
 		return registry.Lease{}, false, err
+	}
+	if lease, ok := r.queue.handedByAnnouncement(hk); ok {
+		r.settleHanded(hk, h, true, false, true)
+		return lease, true, nil
 	}
 	var (
 		lease  registry.Lease
@@ -62,6 +157,9 @@ func (r *LockRepository) HandedLease(ctx context.Context, key string) (registry.
 	r.settleHanded(hk, h, ok && err == nil, false, true)
 	if err != nil {
 		return registry.Lease{}, false, r.wrap(ctx, what, err)
+	}
+	if ok {
+		r.queue.forget(hk)
 	}
 	return lease, ok, nil
 }
@@ -82,6 +180,7 @@ func (r *LockRepository) Leave(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	r.queue.forget(heldKey(lk))
 	if _, err := r.db.ExecContext(ctx, r.queue.leave.SQL, r.params(lk, 0).args(r.queue.leave)...); err != nil {
 		if r.cfg.d.IsNoTable(ctx, r.db, err) && ctx.Err() == nil {
 			return nil
@@ -92,3 +191,9 @@ func (r *LockRepository) Leave(ctx context.Context, key string) error {
 }
 
 var _ registry.HandOffQueue = (*LockRepository)(nil)
+
+// mustHeldKey returns key's held-set key; key must have been checked.
+func (r *LockRepository) mustHeldKey(key string) string {
+	lk, _ := r.lockKey(key)
+	return heldKey(lk)
+}

@@ -129,6 +129,9 @@ func NewLockRepository(ctx context.Context, db DB, opts ...Option) (*LockReposit
 	if cfg.listener != nil {
 		r.listeners = newListenerHub(cfg.listener, cfg.channel, cfg.clientID, cfg.reporter("listener"))
 		r.listeners.tel = cfg.tel
+		if r.queue != nil {
+			r.listeners.handed = r.queue.announced
+		}
 	}
 	r.cleaner = newCleanup(r)
 	return r, nil
@@ -336,6 +339,12 @@ func (r *LockRepository) doAcquire(ctx context.Context, st *stmt, key, lockKey s
 	args := p.args(st.q)
 	if r.acquireReturns {
 		var lease registry.Lease
+		if r.queue != nil && st == r.queue.acquireOrWait {
+			// One row either way: the token it took or found, and which.
+			var taken int64
+			ok, err := st.scan(ctx, r.db, args, &lease.Token, &taken)
+			return lease, ok && taken == 1, err
+		}
 		ok, err := st.scan(ctx, r.db, args, &lease.Token)
 		return lease, ok, err
 	}

@@ -76,13 +76,18 @@ type LockSQL struct {
 type QueueSQL struct {
 	// AcquireOrWait is Acquire that also leaves the queue when it takes
 	// the lease, or joins it (keeps its place) for :wait when it does not.
+	// It returns one row either way: the row's token (the new lease's, or
+	// the one it found) and 1 when it took the lease, 0 when it queued.
 	AcquireOrWait string
 	// Release hands the lease to the first live waiter, if any, tells it
 	// by a notification on :channel, and returns the count of rows it
 	// released. It lowers the has-waiters flag to the last place of the
 	// waiters left, and wakes all of the key's waiters (a notification of
 	// the key alone) when one queued after its snapshot and it served
-	// nobody.
+	// nobody. A hand-off's notification is "LOCK_KEY CLIENT_ID", chr(31),
+	// the new token, chr(31) and the lease's microseconds, which run from
+	// after the row lock was taken (clock_timestamp), so from after every
+	// statement that wrote the row before.
 	Release string
 	// Expire is Release for a key nobody waits for: it expires this
 	// client's row in place and affects it only while the row's

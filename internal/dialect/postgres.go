@@ -86,11 +86,12 @@ var Postgres = register(&Dialect{
 				`LEASE_MICROS = EXCLUDED.LEASE_MICROS, ` +
 				`WAITING_SINCE = CASE WHEN {prefix}LOCK_WAIT.WAITING_UNTIL < EXCLUDED.WAITING_SINCE ` +
 				`THEN EXCLUDED.WAITING_SINCE ELSE {prefix}LOCK_WAIT.WAITING_SINCE END) ` +
-				`SELECT FENCE FROM a WHERE CASE WHEN a.taken THEN true ` +
-				`ELSE set_config('synchronous_commit', 'off', true) IS NULL END`,
+				`SELECT FENCE, CASE WHEN a.taken THEN 1 ELSE 0 END FROM a WHERE CASE WHEN a.taken THEN true ` +
+				`ELSE set_config('synchronous_commit', 'off', true) IS NOT NULL END`,
 			// The first live waiter (nx), if any, gets the lease for the
 			// length it asked for, with a new token, leaves the queue and
-			// hears of it by NOTIFY ("LOCK_KEY CLIENT_ID"), and its HOLDER
+			// hears of it by NOTIFY ("LOCK_KEY CLIENT_ID", the token and
+			// the lease's microseconds: see QueueSQL), and its HOLDER
 			// becomes the row's; otherwise the row expires in place.
 			// QUEUED_UNTIL becomes the last deadline of the waiters that
 			// remain (rest), NULL without any; but a waiter that queued
@@ -106,18 +107,19 @@ var Postgres = register(&Dialect{
 				`AND w.CLIENT_ID IS DISTINCT FROM (SELECT CLIENT_ID FROM nx)), ` +
 				`was AS (SELECT QUEUED_UNTIL AS q FROM {prefix}LOCK WHERE REGION = :region AND LOCK_KEY = :lock_key), ` +
 				`r AS (UPDATE {prefix}LOCK l SET CLIENT_ID = COALESCE((SELECT CLIENT_ID FROM nx), l.CLIENT_ID), ` +
-				`EXPIRED_AFTER = COALESCE({now} + (SELECT LEASE_MICROS FROM nx) * INTERVAL '1 microsecond', {past}), ` +
+				`EXPIRED_AFTER = COALESCE(timezone('UTC', clock_timestamp()) + (SELECT LEASE_MICROS FROM nx) * INTERVAL '1 microsecond', {past}), ` +
 				`FENCE = CASE WHEN EXISTS (SELECT 1 FROM nx) ` +
 				`THEN GREATEST(l.FENCE + 1, {clock}) ELSE l.FENCE END, ` +
 				`HOLDER = CASE WHEN EXISTS (SELECT 1 FROM nx) THEN (SELECT HOLDER FROM nx) ELSE l.HOLDER END, ` +
 				`QUEUED_UNTIL = CASE WHEN l.QUEUED_UNTIL IS DISTINCT FROM (SELECT q FROM was) ` +
 				`THEN l.QUEUED_UNTIL ELSE (SELECT u FROM rest) END ` +
 				`WHERE l.REGION = :region AND l.LOCK_KEY = :lock_key AND l.CLIENT_ID = :client_id ` +
-				`RETURNING l.LOCK_KEY, l.QUEUED_UNTIL), ` +
+				`RETURNING l.LOCK_KEY, l.QUEUED_UNTIL, l.FENCE), ` +
 				`d AS (DELETE FROM {prefix}LOCK_WAIT w USING nx, r WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region ` +
 				`AND w.CLIENT_ID = nx.CLIENT_ID) ` +
 				`SELECT count(*) FROM r LEFT JOIN LATERAL (SELECT pg_notify(CAST(:channel AS TEXT), ` +
-				`CAST(r.LOCK_KEY AS TEXT) || COALESCE(' ' || CAST((SELECT CLIENT_ID FROM nx) AS TEXT), '')) ` +
+				`CAST(r.LOCK_KEY AS TEXT) || COALESCE(' ' || CAST((SELECT CLIENT_ID FROM nx) AS TEXT) || chr(31) || ` +
+				`CAST(r.FENCE AS TEXT) || chr(31) || CAST((SELECT LEASE_MICROS FROM nx) AS TEXT), '')) ` +
 				`WHERE EXISTS (SELECT 1 FROM nx) OR r.QUEUED_UNTIL >= {now}) n ON true`,
 			// Expire is Release when nobody waits: it expires the row in
 			// place, as Release does when it finds no waiter, and touches
