@@ -88,7 +88,8 @@ var Postgres = register(&Dialect{
 				`THEN EXCLUDED.WAITING_SINCE ELSE {prefix}LOCK_WAIT.WAITING_SINCE END) ` +
 				`SELECT FENCE, CASE WHEN a.taken THEN 1 ELSE 0 END FROM a WHERE CASE WHEN a.taken THEN true ` +
 				`ELSE set_config('synchronous_commit', 'off', true) IS NOT NULL END`,
-			// The first live waiter (nx), if any, gets the lease for the
+			// The key's live places are read once (q, materialized as it
+			// is read twice). The first live waiter (nx), if any, gets the lease for the
 			// length it asked for, with a new token, leaves the queue and
 			// hears of it by NOTIFY ("LOCK_KEY CLIENT_ID", the token and
 			// the lease's microseconds: see QueueSQL), and its HOLDER
@@ -99,12 +100,11 @@ var Postgres = register(&Dialect{
 			// was) is not in nx or rest, so the flag it raised stays, and
 			// when nobody was served all waiters of the key are woken
 			// ("LOCK_KEY") to ask again.
-			Release: `WITH nx AS (SELECT w.CLIENT_ID, w.LEASE_MICROS, w.HOLDER FROM {prefix}LOCK_WAIT w ` +
-				`WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region AND w.CLIENT_ID <> :client_id ` +
-				`AND w.WAITING_UNTIL >= {now} AND w.LEASE_MICROS > 0 ORDER BY w.WAITING_SINCE, w.CLIENT_ID LIMIT 1), ` +
-				`rest AS (SELECT max(w.WAITING_UNTIL) AS u FROM {prefix}LOCK_WAIT w ` +
-				`WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region AND w.WAITING_UNTIL >= {now} ` +
-				`AND w.CLIENT_ID IS DISTINCT FROM (SELECT CLIENT_ID FROM nx)), ` +
+			Release: `WITH q AS (SELECT w.CLIENT_ID, w.LEASE_MICROS, w.HOLDER, w.WAITING_SINCE, w.WAITING_UNTIL ` +
+				`FROM {prefix}LOCK_WAIT w WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region AND w.WAITING_UNTIL >= {now}), ` +
+				`nx AS (SELECT q.CLIENT_ID, q.LEASE_MICROS, q.HOLDER FROM q WHERE q.CLIENT_ID <> :client_id ` +
+				`AND q.LEASE_MICROS > 0 ORDER BY q.WAITING_SINCE, q.CLIENT_ID LIMIT 1), ` +
+				`rest AS (SELECT max(q.WAITING_UNTIL) AS u FROM q WHERE q.CLIENT_ID IS DISTINCT FROM (SELECT CLIENT_ID FROM nx)), ` +
 				`was AS (SELECT QUEUED_UNTIL AS q FROM {prefix}LOCK WHERE REGION = :region AND LOCK_KEY = :lock_key), ` +
 				`r AS (UPDATE {prefix}LOCK l SET CLIENT_ID = COALESCE((SELECT CLIENT_ID FROM nx), l.CLIENT_ID), ` +
 				`EXPIRED_AFTER = COALESCE(timezone('UTC', clock_timestamp()) + (SELECT LEASE_MICROS FROM nx) * INTERVAL '1 microsecond', {past}), ` +
@@ -115,8 +115,8 @@ var Postgres = register(&Dialect{
 				`THEN l.QUEUED_UNTIL ELSE (SELECT u FROM rest) END ` +
 				`WHERE l.REGION = :region AND l.LOCK_KEY = :lock_key AND l.CLIENT_ID = :client_id ` +
 				`RETURNING l.LOCK_KEY, l.QUEUED_UNTIL, l.FENCE), ` +
-				`d AS (DELETE FROM {prefix}LOCK_WAIT w USING nx, r WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region ` +
-				`AND w.CLIENT_ID = nx.CLIENT_ID) ` +
+				`d AS (DELETE FROM {prefix}LOCK_WAIT w WHERE w.LOCK_KEY = :lock_key AND w.REGION = :region ` +
+				`AND w.CLIENT_ID = (SELECT CLIENT_ID FROM nx) AND EXISTS (SELECT 1 FROM r)) ` +
 				`SELECT count(*) FROM r LEFT JOIN LATERAL (SELECT pg_notify(CAST(:channel AS TEXT), ` +
 				`CAST(r.LOCK_KEY AS TEXT) || COALESCE(' ' || CAST((SELECT CLIENT_ID FROM nx) AS TEXT) || chr(31) || ` +
 				`CAST(r.FENCE AS TEXT) || chr(31) || CAST((SELECT LEASE_MICROS FROM nx) AS TEXT), '')) ` +
