@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockreg/lockreg/internal/dbscheduler"
 	"github.com/lockreg/lockreg/scheduler"
 )
 
@@ -65,7 +66,7 @@ func openReplaySystem(ctx context.Context, e *env, b *schedBase, lockAndFetch bo
 func replayStatements(server, t string) replaySQL {
 	bind := func(q string) string { return q }
 	if server == "postgres" {
-		bind = dollars
+		bind = dbscheduler.Dollars
 	}
 	return replaySQL{
 		selectDue: bind(`select * from ` + t + ` where picked = ? and execution_time <= ? ORDER BY execution_time ASC LIMIT ` + strconv.Itoa(fetchUpper)),
@@ -80,21 +81,6 @@ func replayStatements(server, t string) replaySQL {
 				`) RETURNING st1.*) SELECT * FROM locked_executions ORDER BY execution_time ASC`)
 		},
 	}
-}
-
-// dollars numbers the ? placeholders of q as PostgreSQL's $1, $2, ...
-func dollars(q string) string {
-	var b strings.Builder
-	n := 0
-	for _, r := range q {
-		if r == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 func (r *replaySystem) schedule(ctx context.Context, ids []int) error {

@@ -162,6 +162,16 @@ func (n *Node) q(query string) string {
 	if s, ok := n.rewritten[query]; ok {
 		return s
 	}
+	if n.rewritten == nil {
+		n.rewritten = map[string]string{}
+	}
+	n.rewritten[query] = Dollars(query)
+	return n.rewritten[query]
+}
+
+// Dollars numbers the ? placeholders of query as PostgreSQL's $1, $2, ...;
+// db-scheduler's statements have no ? in literals.
+func Dollars(query string) string {
 	var b strings.Builder
 	i := 0
 	for _, c := range query {
@@ -172,11 +182,7 @@ func (n *Node) q(query string) string {
 		}
 		b.WriteRune(c)
 	}
-	if n.rewritten == nil {
-		n.rewritten = map[string]string{}
-	}
-	n.rewritten[query] = b.String()
-	return n.rewritten[query]
+	return b.String()
 }
 
 // exec runs a statement and returns the rows it affected.
