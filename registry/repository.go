@@ -63,8 +63,9 @@ type Queue interface {
 
 // A HandOffQueue is a [Queue] whose releases hand the lease directly to
 // the first waiter, so that the waiter, woken by a [Notifier], only has to
-// read it. A registry woken by an announcement calls HandedLease before it
-// asks again.
+// read it, or not even that when the announcement carried it (jdbc on
+// PostgreSQL). A registry woken by an announcement calls HandedLease before
+// it asks again.
 type HandOffQueue interface {
 	Queue
 
