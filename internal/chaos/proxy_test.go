@@ -3,109 +3,17 @@
 package chaos
 
 import (
-	"io"
-	"net"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/lockreg/lockreg/internal/testharness"
 )
 
-// proxy forwards TCP connections to a target until it is cut: Cut closes
-// every forwarded connection and makes the proxy refuse new ones (it
-// accepts and closes them at once) until Heal.
-type proxy struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
-}
+// proxy is the TCP proxy that cuts a registry off from its server.
+type proxy = testharness.Proxy
 
 // startProxy listens on 127.0.0.1:0, forwarding to target, until t ends.
-func startProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Go(p.accept)
-	t.Cleanup(func() {
-		ln.Close()
-		p.Cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-// Addr is the proxy's host:port.
-func (p *proxy) Addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.wg.Go(func() { p.forward(c) })
-	}
-}
-
-func (p *proxy) forward(client net.Conn) {
-	p.mu.Lock()
-	cut := p.cut
-	p.mu.Unlock()
-	if cut {
-		client.Close()
-		return
-	}
-	server, err := net.Dial("tcp", p.target)
-	if err != nil {
-		client.Close()
-		return
-	}
-	p.mu.Lock()
-	if p.cut {
-		p.mu.Unlock()
-		client.Close()
-		server.Close()
-		return
-	}
-	p.conns[client], p.conns[server] = struct{}{}, struct{}{}
-	p.mu.Unlock()
-	var wg sync.WaitGroup
-	pipe := func(dst, src net.Conn) {
-		io.Copy(dst, src)
-		dst.Close()
-		src.Close()
-	}
-	wg.Go(func() { pipe(server, client) })
-	wg.Go(func() { pipe(client, server) })
-	wg.Wait()
-	p.mu.Lock()
-	delete(p.conns, client)
-	delete(p.conns, server)
-	p.mu.Unlock()
-}
-
-// Cut closes every forwarded connection and refuses new ones.
-func (p *proxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for c := range p.conns {
-		c.Close()
-	}
-}
-
-// Heal forwards new connections again.
-func (p *proxy) Heal() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = false
-}
+func startProxy(t *testing.T, target string) *proxy { return testharness.StartProxy(t, target) }
 
 // cutAfterRenewal waits until a keep-alive through p has renewed the lease
 // (expires, read directly, changes within two TTLs), then cuts p and waits
