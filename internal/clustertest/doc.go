@@ -10,11 +10,14 @@
 // messages discarded. The lockmw test (perkey_test.go) also pauses a child
 // with SIGSTOP and checks a fenced guard table instead of outputs.
 //
-// The package has no code of its own outside its tests. The tests use
-// PostgreSQL at LOCKREG_POSTGRES_DSN (default
-// postgres://postgres@127.0.0.1:5432/test?sslmode=disable); when it is
-// unreachable they fail if CI=true and are skipped otherwise. With -short
-// they run on a tenth of the messages.
+// The locks are in the lock table of the same PostgreSQL (jdbc, with a
+// listener). The harness, children and checks are in internal/testharness,
+// shared with etcdlock/internal/clustertest, which runs the aggregator and
+// lockmw tests with their locks in etcd; the package has no code of its own
+// outside its tests. The tests use PostgreSQL at LOCKREG_POSTGRES_DSN
+// (default postgres://postgres@127.0.0.1:5432/test?sslmode=disable); when
+// it is unreachable they fail if CI=true and are skipped otherwise. With
+// -short they run on a tenth of the messages.
 //
 //	go test -race -count=1 -v ./internal/clustertest/
 package clustertest

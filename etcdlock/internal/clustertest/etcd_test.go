@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/lockreg/lockreg/etcdlock"
+	"github.com/lockreg/lockreg/internal/testharness"
 	"github.com/lockreg/lockreg/registry"
 )
 
@@ -129,6 +131,15 @@ func startEtcd(n int) (endpoints []string, stop func(), err error) {
 		}
 	}
 	return endpoints, stop, nil
+}
+
+// locks are in the tests' etcd cluster, started by the first cluster that
+// needs it; every process's repository is a client of its own.
+var locks = testharness.Locks{
+	Addrs: etcdEndpoints,
+	Repository: func(_ context.Context, _ *sql.DB, endpoints []string, region, clientID string) (registry.Repository, func(), error) {
+		return newEtcdRepository(endpoints, region, clientID)
+	},
 }
 
 // newEtcdRepository returns an etcdlock repository of a client of its own

@@ -5,13 +5,15 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/lockreg/lockreg/internal/testharness"
 )
 
-// TestMain runs the tests, or, in a child process started by a test (its
-// configuration in childEnv), the child's router until it is told to stop.
+// TestMain runs the tests, or, in a child process started by a test, the
+// child's router until it is told to stop.
 func TestMain(m *testing.M) {
-	if cfg := os.Getenv(childEnv); cfg != "" {
-		os.Exit(childMain(cfg))
+	if testharness.InChild() {
+		os.Exit(testharness.ChildMain(locks))
 	}
 	code := m.Run()
 	stopEtcd()

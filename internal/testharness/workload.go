@@ -1,6 +1,7 @@
-package clustertest
+package testharness
 
 import (
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -11,7 +12,20 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+
+	"github.com/lockreg/lockreg/internal/testdb"
 )
+
+// requirePostgres opens PostgreSQL through pgx with lockreg's tables (see
+// testdb.Postgres) on a small pool, closed when t ends: the work runs in the
+// child processes, which open the returned DSN.
+func requirePostgres(t testing.TB) (db *sql.DB, dsn string) {
+	t.Helper()
+	pg := testdb.Postgres(t)
+	pg.DB.SetMaxOpenConns(4)
+	pg.DB.SetMaxIdleConns(4)
+	return pg.DB, pg.DSN
+}
 
 // The metadata keys both handlers read (aggregator.CorrelationIDKey and so
 // on; the resequencer's are the same).
