@@ -49,10 +49,18 @@
 // began, makes the lease last from then on as long as a new grant would.
 // A waiter handed the lock keeps its lease alive the same way rather than
 // moving to a new lease. A spare has no key: a process that dies with
-// spares holds and queues for nothing. For a client with a user name and
-// password, etcd's client authenticates anew (a bcrypt check on the
-// server) for every stream it opens, a keep-alive among them, so there a
-// release revokes the lease and every new entry gets a new grant.
+// spares holds and queues for nothing. The keep-alives of all the
+// repositories on one client go over one lasting stream, opened in the
+// background by the first that needs it and again after it fails, and
+// stopped by the Close of the last of them: etcd's KeepAliveOnce opens a
+// stream per call, and for a client with a user name and password the
+// client logs in anew (a bcrypt check on the server) for every stream.
+// While the stream is not open, new entries get new grants and hand-offs
+// move to new leases, so no call waits for the stream. A client with a
+// user name and password keeps no stream and no spares (its keeper would
+// log in, a bcrypt check, each time the first repository of the client
+// needs it): a release revokes the lease and every new entry gets a new
+// grant.
 //
 // The cluster expires a lease by its leader's clock, so clock skew
 // between application hosts does not move it; a new leader extends every

@@ -18,15 +18,26 @@ import (
 	"github.com/lockreg/lockreg/registry/registrytest"
 )
 
-// The shared cluster authenticates with passwords, so its clients take
-// the lease paths that need no keep-alive (Repository.keepAlives). These
-// tests run the others, spare leases and keep-alives, on a member of
-// their own without authentication, as a client with no password (or
-// with TLS certificates) uses them.
+// These tests run spare leases and keep-alives on a member of their own
+// without authentication, as a client with no password (or with TLS
+// certificates) uses them; a client with a user name and password keeps
+// none (Repository.keepAlives).
 
 // openMember starts one etcd member without authentication, closed when
 // t ends, and returns a client of it.
 func openMember(t *testing.T) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{startMember(t)}, DialTimeout: 15 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// startMember starts one etcd member without authentication, closed when
+// t ends, and returns its client endpoint.
+func startMember(t *testing.T) string {
 	t.Helper()
 	peer, err := freeURL()
 	if err != nil {
@@ -57,12 +68,7 @@ func openMember(t *testing.T) *clientv3.Client {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the etcd member did not become ready within 60 s")
 	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{client.Host}, DialTimeout: 15 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return client.Host
 }
 
 // TestConformanceWithSpareLeases runs the shared suite on a client
@@ -84,8 +90,8 @@ func TestConformanceWithSpareLeases(t *testing.T) {
 
 // TestRequestsPerOperationWithSpareLeases counts the requests of a client
 // without a password: a release is one transaction that keeps the lease,
-// and the next entry of the same TTL takes it with a keep-alive instead of
-// a grant.
+// and the next entry of the same TTL takes it with a keep-alive, once the
+// client's keep-alive stream is open, instead of a grant.
 func TestRequestsPerOperationWithSpareLeases(t *testing.T) {
 	c := openMember(t)
 	m := telemetrytest.NewMetrics()
@@ -115,6 +121,9 @@ func TestRequestsPerOperationWithSpareLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("release", map[string]uint64{"release": 1})
+	if err := etcdlock.WaitKeepAliveStream(ctxT(t), r); err != nil {
+		t.Fatal(err)
+	}
 	second := mustAcquire(t, r, "k", time.Minute)
 	step("acquire on the spare", map[string]uint64{"keepalive": 1, "acquire": 1})
 	if second.Token <= first.Token {

@@ -110,13 +110,12 @@ func (r *Repository) grant(ctx context.Context, ttl time.Duration) (clientv3.Lea
 
 // A spare is a lease of this client that no entry uses any more: the
 // lease of a released hold, or one granted for an attempt that found the
-// lock held. Where keep-alives are cheap for the client (no user name and
-// password: Repository.keepAlives), the repository keeps a few per TTL
-// and attaches the next new entry of the same TTL to one, after a
-// keep-alive, rather than granting a lease: a keep-alive is answered by
-// the leader without a Raft write, where a grant is one. A spare has no
-// key, so a process that dies with spares leaves nothing that holds or
-// waits; they lapse with their TTL.
+// lock held. The repository keeps a few per TTL and, while the client's
+// keep-alive stream is open (keeper.go), attaches the next new entry of
+// the same TTL to one, after a keep-alive, rather than granting a lease: a
+// keep-alive is answered by the leader without a Raft write, where a
+// grant is one. A spare has no key, so a process that dies with spares
+// leaves nothing that holds or waits; they lapse with their TTL.
 type spare struct {
 	id      clientv3.LeaseID
 	asked   int64         // the seconds it was granted for
@@ -128,9 +127,9 @@ type spare struct {
 const maxSpares = 64
 
 // putSpare keeps s for a later entry, or revokes it in the background
-// when keep-alives are not cheap for the client (Repository.keepAlives),
-// the repository is closed, the pool is full or s is half-way through its
-// TTL.
+// when the client keeps no keep-alive stream (Repository.keepAlives),
+// the repository is closed, the pool is full or s is half-way
+// through its TTL.
 func (r *Repository) putSpare(s spare) {
 	r.mu.Lock()
 	if r.keepAlives && !r.closed && s.asked > 0 && s.granted > 0 && time.Since(s.fresh) < s.granted/2 && len(r.spares[s.asked]) < maxSpares {
@@ -171,51 +170,50 @@ func (r *Repository) takeSpares() []spare {
 	return all
 }
 
-// refresh resets lease to its granted TTL with a keep-alive and returns
-// that TTL and when the keep-alive was sent: the cluster keeps the lease
-// until then plus the TTL at least. It returns errLeaseLost when the
-// cluster no longer has the lease: a keep-alive never revives an expired
-// lease.
-func (r *Repository) refresh(ctx context.Context, id clientv3.LeaseID) (time.Duration, time.Time, error) {
-	sent := time.Now()
-	resp, err := r.c.KeepAliveOnce(ctx, id)
-	r.cfg.tel.request("keepalive", sent, err)
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return 0, sent, errLeaseLost
-	case err != nil:
-		return 0, sent, err
-	case resp.TTL <= 0:
-		return 0, sent, errLeaseLost
+// stream returns the client's open keep-alive stream, or nil while none
+// is open, after Close and for a client that keeps none
+// (Repository.keepAlives). The first call starts the client's keeper.
+func (r *Repository) stream() *kaStream {
+	if !r.keepAlives {
+		return nil
 	}
-	return time.Duration(resp.TTL) * time.Second, sent, nil
+	r.mu.Lock()
+	if r.ka == nil && !r.closed {
+		r.ka = useKeeper(r.c)
+	}
+	k := r.ka
+	r.mu.Unlock()
+	if k == nil {
+		return nil
+	}
+	return k.ready()
 }
 
-// newLease returns a lease for a new entry of ttl: a spare after a
-// keep-alive, else a newly granted one. reused says which.
-func (r *Repository) newLease(ctx context.Context, ttl time.Duration) (s spare, reused bool, err error) {
-	for {
-		sp, ok := r.takeSpare(ttl)
-		if !ok {
-			break
-		}
-		g, sent, err := r.refresh(ctx, sp.id)
-		switch {
-		case err == nil:
-			sp.granted, sp.fresh = g, sent
-			return sp, true, nil
-		case errors.Is(err, errLeaseLost):
-			continue // lapsed: try the next
-		default:
-			r.putSpare(sp)
-			return spare{}, false, err
-		}
+// refresh resets lease to its granted TTL with a keep-alive on s and
+// returns that TTL and when the keep-alive was sent: the cluster keeps the
+// lease until then plus the TTL at least. It returns errLeaseLost when the
+// cluster no longer has the lease: a keep-alive never revives an expired
+// lease.
+func (r *Repository) refresh(ctx context.Context, s *kaStream, id clientv3.LeaseID) (time.Duration, time.Time, error) {
+	sent := time.Now()
+	ttl, err := s.keepAlive(ctx, id)
+	r.cfg.tel.request("keepalive", sent, err)
+	switch {
+	case err != nil:
+		return 0, sent, err
+	case ttl <= 0:
+		return 0, sent, errLeaseLost
 	}
+	return time.Duration(ttl) * time.Second, sent, nil
+}
+
+// newLease grants a lease for a new entry of ttl.
+func (r *Repository) newLease(ctx context.Context, ttl time.Duration) (spare, error) {
 	id, g, sent, err := r.grant(ctx, ttl)
 	if err != nil {
-		return spare{}, false, err
+		return spare{}, err
 	}
-	return spare{id: id, asked: seconds(ttl), granted: g, fresh: sent}, false, nil
+	return spare{id: id, asked: seconds(ttl), granted: g, fresh: sent}, nil
 }
 
 // lasts reports, with r.mu held, whether the cluster keeps e's lease
@@ -236,7 +234,7 @@ var errLeaseLost = errors.New("the etcd lease expired or was revoked")
 // in the background. The token, e's create revision, stays the same. It
 // returns an error wrapping errLeaseLost when the key is gone.
 //
-// When keep-alives are cheap for the client (Repository.keepAlives), e's
+// When the client's keep-alive stream is open (keeper.go), e's
 // lease was granted for ttl's seconds and prove is false (a
 // hand-off, a place in a queue kept), a keep-alive sent now does instead
 // (LeaseKeepAlive, one request that resets the lease to its granted TTL
@@ -244,13 +242,17 @@ var errLeaseLost = errors.New("the etcd lease expired or was revoked")
 // the lease then lasts from now as long as a new one would. A renewal
 // (prove) always moves the entry: a keep-alive can neither lengthen a
 // lease beyond the TTL it was granted for nor tell that the entry is
-// still there. In the bench (etcd 3.7, three members in-process) one
-// KeepAliveOnce took 0.35 ms on average, a grant 2.5 ms; the client's
+// still there. In the bench (etcd 3.7, three members in-process) a
+// keep-alive took 0.35 ms on average, a grant 2.5 ms; the client's own
 // keep-alive loop (KeepAlive) sends only every third of the TTL.
 func (r *Repository) ensure(ctx context.Context, e *entry, from time.Time, ttl time.Duration, prove bool) error {
+	var s *kaStream
+	if !prove {
+		s = r.stream()
+	}
 	r.mu.Lock()
 	ok, gone := e.lasts(from, ttl), e.gone || e.releasing
-	lease, keep := e.lease, r.keepAlives && !prove && e.asked > 0 && e.asked == seconds(ttl)
+	lease, keep := e.lease, s != nil && e.asked > 0 && e.asked == seconds(ttl)
 	move := !gone && !ok && !keep
 	if move {
 		e.beginMove() // a Release waits for it (settle)
@@ -267,7 +269,7 @@ func (r *Repository) ensure(ctx context.Context, e *entry, from time.Time, ttl t
 	case keep:
 		// The lease was granted for this TTL: a keep-alive, sent now,
 		// makes it last from now as long as a new grant would.
-		g, sent, err := r.refresh(ctx, lease)
+		g, sent, err := r.refresh(ctx, s, lease)
 		if err != nil {
 			return err
 		}

@@ -82,8 +82,7 @@ func (r *Repository) lost(key string, h *holding, e *entry) {
 // spare, see lease.go), or revoked in the background after Close. For a
 // client that logs in with a user name and password, which keeps no
 // spares, it revokes the lease instead, one round trip, which deletes the
-// entry. It
-// fails with an error wrapping registry.ErrLockLost when this client
+// entry. It fails with an error wrapping registry.ErrLockLost when this client
 // holds no lease on key or the lease had expired. After it returns nil or
 // ErrLockLost the key no longer counts as held; after another error the
 // entry is left over, and Close revokes it. It keeps working after Close.
@@ -192,10 +191,11 @@ func (r *Repository) Leave(ctx context.Context, key string) error {
 // being acquired (places in queues, leftovers of failed calls), one round
 // trip each, bounded by ctx and by 5 s (an entry that could not be
 // revoked expires with its lease), revokes its spare leases (which no key
-// uses) in the background, and waits, within ctx, for revocations in the
-// background.
-// Held leases are kept: Renew and Release keep working on them. Entries
-// of an earlier process with the same client id are not known to it:
+// uses) in the background, gives up the client's keep-alive stream
+// (stopped, and waited for within ctx, when this is the last repository
+// of the client that used it) and waits, within ctx, for revocations in
+// the background. Held leases are kept: Renew and Release keep working on
+// them. Entries of an earlier process with the same client id are not known to it:
 // they expire with their leases.
 //
 // Once a Close has succeeded, Close returns nil without I/O; a Close that
@@ -218,9 +218,20 @@ func (r *Repository) Close(ctx context.Context) error {
 			left = append(left, leftover{k, h, h.e})
 		}
 	}
+	k := r.ka
+	r.ka = nil
 	r.mu.Unlock()
 	r.ears.stop()
 	var errs []error
+	if k != nil {
+		if done := dropKeeper(k); done != nil {
+			select { // the stream's goroutine ends as soon as its context does
+			case <-done:
+			case <-ctx.Done():
+				errs = append(errs, fmt.Errorf("etcdlock: close: waiting for the keep-alive stream to stop: %w", ctx.Err()))
+			}
+		}
+	}
 	for _, sp := range r.takeSpares() {
 		r.revokeLater(sp.id) // no key uses it: one that cannot be revoked lapses harmlessly
 	}

@@ -34,11 +34,15 @@ type Repository struct {
 	// spares are leases no entry uses, by the seconds they were granted
 	// for (lease.go).
 	spares map[int64][]spare
-	// keepAlives: keep-alives are cheap for c, so entries reuse spare
-	// leases and hand-offs keep their lease alive instead of moving the
-	// entry (lease.go). False for a client that logs in with a user name
-	// and password: etcd's client authenticates again, a bcrypt check on
-	// the server, for every stream it opens, and KeepAliveOnce opens one.
+	// ka is the client's keeper, its keep-alive stream (keeper.go), from
+	// the first call that asked for it on; Close gives it up.
+	ka *keeper
+	// keepAlives: the client may keep a keep-alive stream, so entries
+	// reuse spare leases and hand-offs keep their lease alive instead of
+	// moving the entry (lease.go). False for a client that logs in with a
+	// user name and password: etcd's client authenticates again, a bcrypt
+	// check on the server, for every stream it opens, and the keeper
+	// opens one each time the first repository of a client needs it.
 	keepAlives bool
 	// closed: Close was called; closeDone: a Close revoked every leftover.
 	closed, closeDone bool
@@ -166,17 +170,20 @@ func (r *Repository) acquire(ctx context.Context, key string, h *holding, e *ent
 		// the keep-alive, sent after this call began, then makes the lease
 		// last its TTL from then (see ka below).
 		var reused bool
-		sp, reused = r.takeSpare(ttl)
+		st := r.stream()
+		if st != nil {
+			sp, reused = r.takeSpare(ttl)
+		}
 		ka := make(chan error, 1)
 		var kaGranted time.Duration
 		var kaSent time.Time
 		if reused {
 			go func(id clientv3.LeaseID) { // joined below, bounded by ctx
 				var err error
-				kaGranted, kaSent, err = r.refresh(ctx, id)
+				kaGranted, kaSent, err = r.refresh(ctx, st, id)
 				ka <- err
 			}(sp.id)
-		} else if sp, _, err = r.newLease(ctx, ttl); err != nil {
+		} else if sp, err = r.newLease(ctx, ttl); err != nil {
 			return registry.Lease{}, false, err
 		}
 		put := clientv3.OpPut(n.entry, r.cfg.clientID, clientv3.WithLease(sp.id))
