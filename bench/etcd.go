@@ -41,7 +41,8 @@ import (
 // the gRPC requests the client sent (Range, Txn, DeleteRange, LeaseGrant,
 // LeaseRevoke) and the streams it opened (LeaseKeepAlive: a KeepAliveOnce
 // is a stream of one request; Watch): the messages on a lasting stream,
-// a watch's or the session's periodic keep-alives, are not counted. With
+// a watch's, the session's periodic keep-alives or etcdlock's keep-alives
+// (one stream per client since issue 30), are not counted. With
 // -v each instance prints its counts by method when it closes.
 const (
 	etcdLockregPrefix = "bench/lockreg/"
