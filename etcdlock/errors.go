@@ -23,14 +23,16 @@ var ErrInvalidOption = errors.New("etcdlock: invalid option")
 
 // isTransient reports whether err may go away on retry: the cluster has
 // no leader or is electing one, a member is stopping or overloaded, a
-// request timed out inside the cluster, no endpoint is reachable. Refusals
+// request timed out inside the cluster, no endpoint is reachable, a
+// keep-alive's stream ended before it was answered. Refusals
 // (permission denied, an invalid argument, a request too large) are not.
 func isTransient(err error) bool {
 	if errors.Is(err, rpctypes.ErrNoLeader) || errors.Is(err, rpctypes.ErrLeaderChanged) ||
 		errors.Is(err, rpctypes.ErrNotCapable) || errors.Is(err, rpctypes.ErrStopped) ||
 		errors.Is(err, rpctypes.ErrTimeout) || errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) ||
 		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost) || errors.Is(err, rpctypes.ErrTooManyRequests) ||
-		errors.Is(err, rpctypes.ErrTimeoutWaitAppliedIndex) || errors.Is(err, clientv3.ErrNoAvailableEndpoints) {
+		errors.Is(err, rpctypes.ErrTimeoutWaitAppliedIndex) || errors.Is(err, clientv3.ErrNoAvailableEndpoints) ||
+		errors.Is(err, errStreamEnded) {
 		return true
 	}
 	var ee rpctypes.EtcdError

@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -142,10 +143,19 @@ func (k *keeper) recv(s *kaStream) error {
 	}
 }
 
-// fail ends s: its waiting keep-alives get err.
+// errStreamEnded marks the error of a keep-alive whose stream ended
+// before it was answered: transient (isTransient), since the next
+// keep-alive goes over a new stream, or the call takes the path without
+// one; a stream ended for a stall fails with gRPC's Canceled, which alone
+// would not be.
+var errStreamEnded = errors.New("the keep-alive stream ended")
+
+// fail ends s: its waiting keep-alives get err, marked errStreamEnded.
 func (k *keeper) fail(s *kaStream, err error) {
 	if err == nil {
-		err = errors.New("the keep-alive stream ended")
+		err = errStreamEnded
+	} else {
+		err = fmt.Errorf("%w: %w", errStreamEnded, err)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
