@@ -109,18 +109,7 @@ func (r *LockRepository) AcquireOrWait(ctx context.Context, key string, ttl time
 	if r.queue == nil || r.listeners == nil {
 		return r.Acquire(ctx, key, ttl)
 	}
-	sent := time.Now()
-	lease, ok, err := r.acquireWith(ctx, "acquire", key, ttl, r.queue.acquireOrWait)
-	if err != nil {
-		return registry.Lease{}, false, err
-	}
-	hk := r.mustHeldKey(key) // acquireWith checked the key
-	if ok {
-		r.queue.forget(hk)
-		return lease, true, nil
-	}
-	r.queue.queued(hk, sent, lease.Token)
-	return registry.Lease{}, false, nil
+	return r.acquireWith(ctx, "acquire", key, ttl, r.queue.acquireOrWait)
 }
 
 // HandedLease reports whether a release handed this client the lease on key:
@@ -191,9 +180,3 @@ func (r *LockRepository) Leave(ctx context.Context, key string) error {
 }
 
 var _ registry.HandOffQueue = (*LockRepository)(nil)
-
-// mustHeldKey returns key's held-set key; key must have been checked.
-func (r *LockRepository) mustHeldKey(key string) string {
-	lk, _ := r.lockKey(key)
-	return heldKey(lk)
-}

@@ -300,6 +300,7 @@ func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl ti
 	var (
 		lease    registry.Lease
 		acquired bool
+		sent     = time.Now()
 	)
 	if take {
 		// An existing row nobody held lately: the UPDATE, and the
@@ -313,6 +314,16 @@ func (r *LockRepository) acquireWith(ctx context.Context, op, key string, ttl ti
 
 	if err != nil {
 		return registry.Lease{}, false, r.wrap(ctx, what, err)
+	}
+	if r.queue != nil && st == r.queue.acquireOrWait {
+		// Not taken, the queue statement returned the token it found,
+		// which the waiter's place records (see place).
+		if acquired {
+			r.queue.forget(hk)
+		} else {
+			r.queue.queued(hk, sent, lease.Token)
+			lease = registry.Lease{}
+		}
 	}
 	return lease, acquired, nil
 }
