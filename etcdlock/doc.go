@@ -26,29 +26,39 @@
 // wait in that order.
 //
 // Each entry is attached to an etcd lease of its own, granted for the TTL
-// the caller asked for, rounded up to a second (etcd's unit; the cluster
-// raises a shorter one to its minimum, 1.5 election timeouts rounded up,
-// 2 s with etcd's default 1 s election timeout). One lease per entry, not
-// one session lease per repository, because a lock's TTL is what bounds
-// how long a crashed or partitioned holder keeps others out: with one
+// the caller asked for, rounded up to a second (etcd's unit), plus one
+// second of slack (the cluster raises a shorter one to its minimum, 1.5
+// election timeouts rounded up, 2 s with etcd's default 1 s election
+// timeout). One lease per entry, not one session lease per repository,
+// because a lock's TTL is what bounds how long a crashed or partitioned
+// holder keeps others out: at most the TTL rounded up to a second, plus
+// the second of slack, after its last acquisition or renewal. With one
 // session lease, every lock of a process would outlive its holder by the
-// session's TTL, whatever TTL the lock asked for (registry.WithTTL,
-// Lock.LockTTL), and a lock could not be made to last longer than the
-// session without keeping all of them alive. It costs a lease grant per
-// acquisition, a Raft write more than a session lease, unless a spare
-// lease serves:
+// session's TTL (concurrency.Session's default is 60 s), whatever TTL the
+// lock asked for (registry.WithTTL, Lock.LockTTL), and a lock could not be
+// made to last longer than the session without keeping all of them alive.
+// The slack is what lets a lease granted ahead still last the whole TTL
+// from a later acquisition or hand-off, for a second, with no request of
+// its own: a lease granted for exactly the TTL no longer does by then. It
+// costs a lease grant per acquisition, a Raft write more than a session
+// lease, unless a spare lease serves:
 //
 // A client that logs in without a password (none, TLS certificates or a
 // token) keeps the lease of a released hold, which no key uses any more,
-// as a spare (up to 64 per TTL, none past half its TTL): a release then
-// deletes the entry in one transaction that checks its create revision,
-// and the next new entry of the same TTL is attached to a spare with one
-// keep-alive (LeaseKeepAlive, answered by the leader without a Raft
-// write) sent beside the transaction that writes the entry: the entry
+// as a spare (up to 64 per TTL, none past half its TTL as granted): a
+// release then deletes the entry in one transaction that checks its
+// create revision, and the next new entry of the same TTL is attached to
+// a spare by the transaction that writes the entry alone, while the
+// spare's grant or last keep-alive was sent within the slack (a second)
+// before the acquisition began, so that the spare lasts the TTL from then
+// at least; else with one keep-alive (LeaseKeepAlive, answered by the
+// leader without a Raft write) sent beside that transaction: the entry
 // counts only once both succeeded, and the keep-alive, sent after the call
 // began, makes the lease last from then on as long as a new grant would.
-// A waiter handed the lock keeps its lease alive the same way rather than
-// moving to a new lease. A spare has no key: a process that dies with
+// A spare reused every few milliseconds thus costs a keep-alive about once
+// a second. A waiter handed the lock within a second of its lease's grant
+// or last keep-alive sends nothing more; later, it keeps its lease alive
+// the same way rather than moving to a new lease. A spare has no key: a process that dies with
 // spares holds and queues for nothing. The keep-alives of all the
 // repositories on one client go over one lasting stream, opened in the
 // background by the first that needs it and again after it fails, and
@@ -60,15 +70,18 @@
 // user name and password keeps no stream and no spares (its keeper would
 // log in, a bcrypt check, each time the first repository of the client
 // needs it): a release revokes the lease and every new entry gets a new
-// grant.
+// grant. Its leases have the second of slack too: a waiter handed the lock
+// within a second of its place's grant holds it on that lease, where it
+// would otherwise move to a new one (a grant, a transaction and a
+// revocation).
 //
 // The cluster expires a lease by its leader's clock, so clock skew
 // between application hosts does not move it; a new leader extends every
 // lease by an election timeout rather than shortening any. Within its
 // process a hold also has a deadline, its TTL after its acquisition or
 // last renewal was sent, at which the repository revokes the lease unless
-// renewed: so a sub-second TTL lasts what was asked for, not up to a
-// second more. The deadline can only end a hold sooner than the cluster
+// renewed: so a sub-second TTL lasts what was asked for, not up to two
+// seconds more, and the slack never lengthens a live hold. The deadline can only end a hold sooner than the cluster
 // would; no host ever decides that another host's lease has expired.
 //
 // A renewal (Renew, or Acquire of a lock this client holds) moves the
@@ -141,9 +154,10 @@
 // What it costs: each acquisition is two writes through Raft (a grant and
 // a transaction) and each release one (a revocation or a transaction),
 // each a round trip to the leader and an fsync on a majority; with a
-// spare lease (above), an acquisition is one write and a keep-alive sent
-// beside it. A
-// renewal is two writes. etcd holds
+// spare lease (above), an acquisition is one write, and a keep-alive
+// beside it for a spare last refreshed over a second before. A renewal
+// is two writes; a crashed holder keeps a lock up to a second longer than
+// its TTL rounded up to a second. etcd holds
 // its data in memory and is built for small data (a few GiB): it suits
 // locks, not the data they guard. A cluster without a majority (two of
 // three members down) serves no lock at all, where a single PostgreSQL

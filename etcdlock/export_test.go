@@ -45,3 +45,16 @@ func KeeperRunning(c *clientv3.Client) bool {
 	defer keepersMu.Unlock()
 	return keepers[c] != nil
 }
+
+// AgeSpares makes r's spare leases look d older, as if their grants or
+// last keep-alives had been sent d earlier: the repository then judges
+// their life shorter than it is, which is safe, and tests need not sleep.
+func AgeSpares(r *Repository, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, list := range r.spares {
+		for i := range list {
+			list[i].fresh = list[i].fresh.Add(-d)
+		}
+	}
+}

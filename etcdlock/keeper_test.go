@@ -33,7 +33,9 @@ func cycle(t *testing.T, r *etcdlock.Repository, key string, ttl time.Duration) 
 }
 
 // The keep-alives of the acquisitions on spare leases all go over one
-// lasting stream, not one stream each (KeepAliveOnce's).
+// lasting stream, not one stream each (KeepAliveOnce's). The spare is
+// aged before each acquisition, past the second within which it would
+// need no keep-alive.
 func TestKeepAlivesShareOneStream(t *testing.T) {
 	var streams atomic.Int64
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{startMember(t)}, DialTimeout: 15 * time.Second, Logger: zap.NewNop(),
@@ -56,6 +58,7 @@ func TestKeepAlivesShareOneStream(t *testing.T) {
 	}
 	const n = 20
 	for range n {
+		etcdlock.AgeSpares(r, 1500*time.Millisecond)
 		cycle(t, r, "k", time.Minute)
 	}
 	if got := requests(t, m, "keepalive"); got != n {
@@ -99,6 +102,7 @@ func TestKeepAliveStreamReopensAfterFailure(t *testing.T) {
 		t.Fatal("the broken stream is still in use")
 	}
 	before := requests(t, m, "keepalive")
+	etcdlock.AgeSpares(r, 1500*time.Millisecond) // past the second within which it needs none
 	cycle(t, r, "k", time.Minute)
 	if got := requests(t, m, "keepalive") - before; got != 1 {
 		t.Errorf("%d keep-alives on the new stream, want 1", got)

@@ -13,16 +13,21 @@ import (
 // The lease lifecycle, apart from exclusion (acquire.go), as etcd's
 // concurrency.Session is apart from its Mutex. Each entry of this client
 // (a hold or a place in a queue) is attached to an etcd lease of its own,
-// granted for the caller's TTL rounded up to a second (etcd's unit; the
-// cluster may raise it to its minimum, 1.5 election timeouts rounded up).
-// The cluster deletes the entry when the lease expires by the leader's
-// clock: that bounds a crashed or partitioned holder. A hold that lives
-// in this process also has a deadline, its TTL after the call that took
-// or renewed it was sent, at which the repository revokes the lease
-// itself unless renewed, so that sub-second and non-whole TTLs last what
-// was asked for and not up to a second longer. The deadline only ever
-// ends a hold earlier than the cluster would; no host ever judges another
-// host's lease.
+// granted for the caller's TTL rounded up to a second (etcd's unit) plus
+// one second of slack (leaseSeconds; the cluster may raise it to its
+// minimum, 1.5 election timeouts rounded up). The cluster deletes the
+// entry when the lease expires by the leader's clock: that bounds a
+// crashed or partitioned holder, at the TTL rounded up to a second plus
+// one second after its last acquisition or renewal. The second of slack
+// lets an entry reuse a spare lease without a keep-alive while the
+// spare's known life still covers the TTL (acquire, ensure): a lease
+// granted for exactly the TTL is always too short by the time it is
+// reused. A hold that lives in this process also has a deadline, its TTL
+// after the call that took or renewed it was sent, at which the
+// repository revokes the lease itself unless renewed, so that sub-second
+// and non-whole TTLs, and the slack, last what was asked for and not up
+// to two seconds longer. The deadline only ever ends a hold earlier than
+// the cluster would; no host ever judges another host's lease.
 
 // entry is this client's entry under one lock and the lease it is attached
 // to. Its fields are guarded by the repository's mu, but for n and rev,
@@ -32,7 +37,7 @@ type entry struct {
 	rev     int64            // create revision: the fencing token while it holds
 	lease   clientv3.LeaseID // the lease it is attached to now
 	granted time.Duration    // the lease's TTL as granted; 0 if not known
-	asked   int64            // the seconds the lease was granted for; 0 if not known
+	asked   int64            // seconds(ttl) of the TTL it was granted for (leaseSeconds); 0 if not known
 	// fresh is when the grant of the lease was sent: the cluster keeps it
 	// until fresh+granted at least.
 	fresh    time.Time
@@ -96,11 +101,24 @@ func seconds(ttl time.Duration) int64 {
 	return max(s, 1)
 }
 
-// grant grants a lease for ttl and returns it with its TTL as granted and
-// when the grant was sent.
+// slack is what a lease is granted for beyond its TTL rounded up to a
+// second: for a second after its grant or keep-alive, a lease granted for
+// a TTL still lasts that TTL from now, so an entry can be attached to a
+// spare, or a waiter handed the lock, without a keep-alive (or, for a
+// client without spares, without moving to a new lease). It is also what
+// a crashed or partitioned holder keeps the lock beyond that: the
+// in-process deadline, at the TTL itself, ends a live hold.
+const slack = 1
+
+// leaseSeconds is what a lease for ttl is granted for: seconds(ttl) plus
+// the slack.
+func leaseSeconds(ttl time.Duration) int64 { return seconds(ttl) + slack }
+
+// grant grants a lease for ttl (leaseSeconds) and returns it with its TTL
+// as granted and when the grant was sent.
 func (r *Repository) grant(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, time.Duration, time.Time, error) {
 	sent := time.Now()
-	resp, err := r.c.Grant(ctx, seconds(ttl))
+	resp, err := r.c.Grant(ctx, leaseSeconds(ttl))
 	r.cfg.tel.request("grant", sent, err)
 	if err != nil {
 		return 0, 0, sent, err
@@ -112,15 +130,31 @@ func (r *Repository) grant(ctx context.Context, ttl time.Duration) (clientv3.Lea
 // lease of a released hold, or one granted for an attempt that found the
 // lock held. The repository keeps a few per TTL and, while the client's
 // keep-alive stream is open (keeper.go), attaches the next new entry of
-// the same TTL to one, after a keep-alive, rather than granting a lease: a
-// keep-alive is answered by the leader without a Raft write, where a
-// grant is one. A spare has no key, so a process that dies with spares
-// leaves nothing that holds or waits; they lapse with their TTL.
+// the same TTL to one rather than granting a lease: with no request of
+// its own while the spare's known life covers the TTL from the
+// acquisition (covers; for about a second after its grant or last
+// keep-alive, the slack), else after a keep-alive, which is answered by
+// the leader without a Raft write, where a grant is one. A spare has no
+// key, so a process that dies with spares leaves nothing that holds or
+// waits; they lapse with their TTL.
 type spare struct {
 	id      clientv3.LeaseID
-	asked   int64         // the seconds it was granted for
+	asked   int64         // seconds(ttl) of the TTL it was granted for (leaseSeconds)
 	granted time.Duration // its TTL as granted
 	fresh   time.Time     // when its grant or last keep-alive was sent
+}
+
+// covers reports whether the cluster keeps s until from+d at least, as
+// far as the repository knows: its grant or last keep-alive was sent at
+// fresh, so the leader received it later and expires it granted after
+// that, and a new leader only ever extends a lease (it restarts every
+// lease's TTL, plus an election timeout, when it takes over). That is the
+// knowledge every path of the repository relies on (a grant, a
+// keep-alive), so no margin is added here: the rates of the hosts' clocks
+// differ by far less than the fifth of the TTL by which Done closes
+// before the deadline.
+func (s spare) covers(from time.Time, d time.Duration) bool {
+	return s.granted > 0 && !s.fresh.Add(s.granted).Before(from.Add(d))
 }
 
 // maxSpares bounds the spares kept per TTL; more are revoked.
@@ -129,7 +163,12 @@ const maxSpares = 64
 // putSpare keeps s for a later entry, or revokes it in the background
 // when the client keeps no keep-alive stream (Repository.keepAlives),
 // the repository is closed, the pool is full or s is half-way
-// through its TTL.
+// through its TTL as granted (the TTL plus the slack): a spare kept has
+// half of that left at least, far more than a keep-alive takes to reach
+// the leader, so that reusing it seldom costs a keep-alive that finds it
+// lapsed. With the slack, a spare of 1 s is then always reused without a
+// keep-alive, one of 10 s (granted 11 s) without one for its first second
+// after its grant or last keep-alive and with one until 5.5 s.
 func (r *Repository) putSpare(s spare) {
 	r.mu.Lock()
 	if r.keepAlives && !r.closed && s.asked > 0 && s.granted > 0 && time.Since(s.fresh) < s.granted/2 && len(r.spares[s.asked]) < maxSpares {
@@ -207,7 +246,7 @@ func (r *Repository) refresh(ctx context.Context, s *kaStream, id clientv3.Lease
 	return time.Duration(ttl) * time.Second, sent, nil
 }
 
-// newLease grants a lease for a new entry of ttl.
+// newLease grants a lease for a new entry of ttl (leaseSeconds).
 func (r *Repository) newLease(ctx context.Context, ttl time.Duration) (spare, error) {
 	id, g, sent, err := r.grant(ctx, ttl)
 	if err != nil {
@@ -234,12 +273,15 @@ var errLeaseLost = errors.New("the etcd lease expired or was revoked")
 // in the background. The token, e's create revision, stays the same. It
 // returns an error wrapping errLeaseLost when the key is gone.
 //
-// When the client's keep-alive stream is open (keeper.go), e's
-// lease was granted for ttl's seconds and prove is false (a
-// hand-off, a place in a queue kept), a keep-alive sent now does instead
-// (LeaseKeepAlive, one request that resets the lease to its granted TTL
-// on the leader, without a Raft write, and fails for an expired lease):
-// the lease then lasts from now as long as a new one would. A renewal
+// A lease granted for ttl (leaseSeconds) lasts ttl from now for a second
+// after its grant or last keep-alive: a waiter handed the lock within
+// that second sends nothing. When the client's keep-alive stream is open
+// (keeper.go), e's lease was granted for ttl (e.asked) and prove is false
+// (a hand-off, a place in a queue kept), a keep-alive sent now does
+// instead of a move (LeaseKeepAlive, one request that resets the lease to
+// its granted TTL on the leader, without a Raft write, and fails for an
+// expired lease): the lease then lasts from now as long as a new one
+// would. A renewal
 // (prove) always moves the entry: a keep-alive can neither lengthen a
 // lease beyond the TTL it was granted for nor tell that the entry is
 // still there. In the bench (etcd 3.7, three members in-process) a
@@ -267,8 +309,9 @@ func (r *Repository) ensure(ctx context.Context, e *entry, from time.Time, ttl t
 	case ok:
 		return nil
 	case keep:
-		// The lease was granted for this TTL: a keep-alive, sent now,
-		// makes it last from now as long as a new grant would.
+		// The lease was granted for this TTL (and the slack): a
+		// keep-alive, sent now, makes it last from now as long as a new
+		// grant would.
 		g, sent, err := r.refresh(ctx, s, lease)
 		if err != nil {
 			return err

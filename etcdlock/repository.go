@@ -107,8 +107,8 @@ func (r *Repository) ClientID() string { return r.cfg.clientID }
 // it again costs a read transaction and, unless the lease lasts ttl
 // already, a grant and a transaction that move the entry to a new lease
 // (see Renew). ttl must be positive; the lease lasts ttl in this process
-// (see the package documentation) and at most ttl rounded up to a second
-// (or the cluster's minimum) if this process dies. It fails with an error
+// (see the package documentation) and at most ttl rounded up to a second,
+// plus a second (or the cluster's minimum), if this process dies. It fails with an error
 // wrapping registry.ErrClosed after Close, and with an error satisfying
 // errors.Is(err, registry.ErrTransient) for failures that may pass on
 // retry.
@@ -122,8 +122,9 @@ func (r *Repository) Acquire(ctx context.Context, key string, ttl time.Duration)
 // entry created first holds the lock, so waiters are served in the order
 // they began to wait and a client that releases and asks again at once
 // queues behind them. The place lapses with its lease, which lasts ttl
-// (rounded up to a second) after the call that last refreshed it: a call
-// refreshes it (a new lease, as Renew does) once half of it has passed. A
+// (rounded up to a second, plus a second) after the call that last
+// refreshed it: a call refreshes it (a keep-alive, or a new lease as Renew
+// moves to) once half of it has passed. A
 // first call costs a grant and a transaction, later ones one read
 // transaction.
 func (r *Repository) AcquireOrWait(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
@@ -165,26 +166,35 @@ func (r *Repository) acquire(ctx context.Context, key string, h *holding, e *ent
 	)
 	for {
 		var err error
-		// A spare's keep-alive goes out beside the transaction, not
-		// before it: the entry counts only once both have succeeded, and
-		// the keep-alive, sent after this call began, then makes the lease
-		// last its TTL from then (see ka below).
-		var reused bool
+		// A spare whose known life covers the TTL from this call's start
+		// (spare.covers: granted a second longer than the TTL, it does for
+		// a second after its grant or last keep-alive) needs nothing but
+		// the transaction, which fails with ErrLeaseNotFound for a lease
+		// the cluster no longer has. Another spare's keep-alive goes out
+		// beside the transaction, not before it: the entry counts only
+		// once both have succeeded, and the keep-alive, sent after this
+		// call began, then makes the lease last its TTL from then (see ka
+		// below).
+		var reused, alive bool
 		st := r.stream()
 		if st != nil {
 			sp, reused = r.takeSpare(ttl)
+			alive = reused && sp.covers(sent, ttl)
 		}
 		ka := make(chan error, 1)
 		var kaGranted time.Duration
 		var kaSent time.Time
-		if reused {
+		switch {
+		case reused && !alive:
 			go func(id clientv3.LeaseID) { // joined below, bounded by ctx
 				var err error
 				kaGranted, kaSent, err = r.refresh(ctx, st, id)
 				ka <- err
 			}(sp.id)
-		} else if sp, err = r.newLease(ctx, ttl); err != nil {
-			return registry.Lease{}, false, err
+		case !reused:
+			if sp, err = r.newLease(ctx, ttl); err != nil {
+				return registry.Lease{}, false, err
+			}
 		}
 		put := clientv3.OpPut(n.entry, r.cfg.clientID, clientv3.WithLease(sp.id))
 		owner := clientv3.OpGet(n.dir, clientv3.WithFirstCreate()...)
@@ -199,7 +209,7 @@ func (r *Repository) acquire(ctx context.Context, key string, h *holding, e *ent
 		start := time.Now()
 		resp, err = txn.Commit()
 		r.cfg.tel.request("acquire", start, err)
-		if reused {
+		if reused && !alive {
 			kaErr := <-ka
 			switch {
 			case kaErr == nil:
@@ -215,9 +225,11 @@ func (r *Repository) acquire(ctx context.Context, key string, h *holding, e *ent
 				}
 				return registry.Lease{}, false, err
 			}
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				continue // cannot be after a keep-alive that found the lease, but costs nothing to handle
-			}
+		}
+		if reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The spare is gone (revoked behind the repository's back):
+			// nothing was written; take another or grant.
+			continue
 		}
 		if err != nil {
 			r.revokeLater(sp.id) // the entry, if the transaction wrote it after all, goes with it

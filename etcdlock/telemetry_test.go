@@ -48,3 +48,38 @@ func TestRequestsPerOperation(t *testing.T) {
 	}
 	step("release", map[string]uint64{"grant": 0, "acquire": 0, "read": 0, "revoke": 1})
 }
+
+// TestHandOffWithinTheSlackKeepsTheLease: a client with a password (no
+// spares, no keep-alives) grants its place in a queue a second longer than
+// the TTL, so a waiter handed the lock within that second of the grant
+// holds it on the place's lease, with the read that finds its turn alone;
+// later it moves to a new lease (a grant, a transaction, the old lease
+// revoked).
+func TestHandOffWithinTheSlackKeepsTheLease(t *testing.T) {
+	c := sharedClient(t)
+	m := telemetrytest.NewMetrics()
+	region := randomRegion()
+	a := newRepo(t, c, etcdlock.WithRegion(region))
+	b := newRepo(t, c, etcdlock.WithRegion(region), etcdlock.WithMeterProvider(m.Provider))
+	step := requestSteps(t, m)
+	mustAcquire(t, a, "k", time.Minute)
+	g0 := time.Now()
+	if _, ok, err := b.AcquireOrWait(ctxT(t), "k", time.Minute); ok || err != nil {
+		t.Fatalf("AcquireOrWait of a held lock = %v, %v", ok, err)
+	}
+	g1 := time.Now()
+	step("queue", map[string]uint64{"grant": 1, "acquire": 1})
+	if err := a.Release(ctxT(t), "k"); err != nil {
+		t.Fatal(err)
+	}
+	h0 := time.Now()
+	if _, ok, err := b.HandedLease(ctxT(t), "k"); !ok || err != nil {
+		t.Fatalf("HandedLease after the holder released = %v, %v", ok, err)
+	}
+	moves := slackKeepAlives(t, g0, g1, h0, time.Now()) // one move where the spare would get a keep-alive
+	time.Sleep(100 * time.Millisecond)                  // an old lease's revocation runs in the background
+	step("hand-off", map[string]uint64{"read": 1, "grant": moves, "acquire": moves, "revoke": moves})
+	if err := b.Release(ctxT(t), "k"); err != nil {
+		t.Fatal(err)
+	}
+}
