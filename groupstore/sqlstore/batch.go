@@ -63,7 +63,7 @@ func (b *batcher) add(c *addCall) {
 // alone runs c as a statement of its own, again after a transient error.
 func (b *batcher) alone(c *addCall) {
 	c.err = b.s.retry(c.ctx, func() (err error) {
-		c.g, c.outcome, c.fits, err = b.s.addOne(c.ctx, b.s.db, c.key, c.v, c.timeout)
+		c.g, c.outcome, c.fits, err = b.s.addOne(c.ctx, b.s.db, true, c.key, c.v, c.timeout)
 		return err
 	})
 }

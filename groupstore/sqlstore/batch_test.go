@@ -31,7 +31,7 @@ func newGateDB(db *sql.DB) *gateDB {
 }
 
 func (g *gateDB) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if g.armed.Load() && strings.HasPrefix(query, "WITH l AS") {
+	if g.armed.Load() && isAloneAdd(query) {
 		g.alone.Add(1)
 		g.once.Do(func() {
 			close(g.held)
@@ -39,6 +39,12 @@ func (g *gateDB) QueryRowContext(ctx context.Context, query string, args ...any)
 		})
 	}
 	return g.DB.QueryRowContext(ctx, query, args...)
+}
+
+// isAloneAdd tells PostgreSQL's Add of one message (AddInPlace or
+// AddMessage) by the start of its text.
+func isAloneAdd(query string) bool {
+	return strings.HasPrefix(query, "WITH g AS (UPDATE") || strings.HasPrefix(query, "WITH l AS")
 }
 
 var errShared = errors.New("the batched statement failed")

@@ -149,7 +149,7 @@ func waitForALockWait(ctx context.Context, t *testing.T, db sqlstore.DB) {
 	for {
 		var n int
 		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() `+
-			`AND wait_event_type = 'Lock' AND query LIKE 'WITH l AS %'`).Scan(&n)
+			`AND wait_event_type = 'Lock' AND (query LIKE 'WITH l AS %' OR query LIKE 'WITH g AS (UPDATE %')`).Scan(&n)
 		switch {
 		case err != nil:
 			t.Fatalf("waiting for the Add to wait: %v", err)

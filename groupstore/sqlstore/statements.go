@@ -92,10 +92,11 @@ func updateWith(shape int, released string) string {
 // statements are a store's compiled statements.
 type statements struct {
 	upsert, lockGroup, insertMessage, selectReleased dialect.Query
-	addMessage                                       [2]dialect.Query // without, with a timeout
-	addOne                                           [2]dialect.Query // the dialect's AddMessage, if any
-	addProbe                                         [2]dialect.Query // the dialect's AddProbe, if any
-	addBatch                                         [2]dialect.Query // the dialect's AddBatch (without, with probes), if any
+	addMessage                                       [2]dialect.Query    // without, with a timeout
+	addOne                                           [2]dialect.Query    // the dialect's AddMessage, if any
+	addProbe                                         [2]dialect.Query    // the dialect's AddProbe, if any
+	addBatch                                         [2]dialect.Query    // the dialect's AddBatch (without, with probes), if any
+	addInPlace                                       [2][2]dialect.Query // the dialect's AddInPlace (without, with a probe; without, with a timeout), if any
 	lockRow                                          dialect.Query
 	selectGroup, selectVersion                       dialect.Query
 	lockGet                                          dialect.Query // the dialect's LockGet, if any
@@ -121,8 +122,10 @@ func compile(d *dialect.Dialect, prefix string) *statements {
 		upsert: c(g.Upsert), lockGroup: c(g.LockGroup), insertMessage: c(g.InsertMessage), selectReleased: c(selectReleased),
 		addMessage: [2]dialect.Query{c(addMessage + whereGroup), c(addMessage + dueIn + whereGroup)},
 		addOne:     [2]dialect.Query{c(g.AddMessage[0]), c(g.AddMessage[1])}, lockRow: c(g.LockRow),
-		addProbe:    [2]dialect.Query{c(g.AddProbe[0]), c(g.AddProbe[1])},
-		addBatch:    [2]dialect.Query{c(g.AddBatch[0]), c(g.AddBatch[1])},
+		addProbe: [2]dialect.Query{c(g.AddProbe[0]), c(g.AddProbe[1])},
+		addBatch: [2]dialect.Query{c(g.AddBatch[0]), c(g.AddBatch[1])},
+		addInPlace: [2][2]dialect.Query{{c(g.AddInPlace[0][0]), c(g.AddInPlace[0][1])},
+			{c(g.AddInPlace[1][0]), c(g.AddInPlace[1][1])}},
 		selectGroup: c(dialect.SelectGroup), lockGet: c(g.LockGet), selectVersion: c(selectVersion),
 		releaseAll: c(releaseOf(`:group_key`)), releaseListed: c(releaseOf(`:group_key`) + ` AND MESSAGE_KEY IN {list}`),
 		remove:         [2]dialect.Query{c(removeGroup), c(removeGroup + ` AND VERSION = :version`)},

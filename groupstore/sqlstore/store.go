@@ -263,14 +263,14 @@ func (s *Store) add(ctx context.Context, tx *sql.Tx, key string, msg groupstore.
 	)
 	switch one := s.sql.addOne[0].SQL != ""; {
 	case one && tx != nil:
-		g, outcome, fits, err = s.addOne(ctx, tx, key, v, timeout)
+		g, outcome, fits, err = s.addOne(ctx, tx, false, key, v, timeout)
 	case one && s.batch != nil:
 		c := &addCall{ctx: ctx, key: key, v: v, timeout: timeout}
 		s.batch.add(c)
 		g, outcome, fits, err = c.g, c.outcome, c.fits, c.err
 	case one:
 		err = s.retry(ctx, func() (err error) {
-			g, outcome, fits, err = s.addOne(ctx, s.db, key, v, timeout)
+			g, outcome, fits, err = s.addOne(ctx, s.db, true, key, v, timeout)
 			return err
 		})
 	case tx != nil:
@@ -290,32 +290,47 @@ func (s *Store) add(ctx context.Context, tx *sql.Tx, key string, msg groupstore.
 	return g, outcome, fits, nil
 }
 
-// addOne adds the message of v with the dialect's one-statement add on q.
-// Only a complete group that did not take the message costs a second
-// statement, which tells a redelivery from a late message by a fresh read.
-// With v.probe it probes too and reports the fit.
-func (s *Store) addOne(ctx context.Context, q querier, key string, v *values, timeout time.Duration) (groupstore.Group, groupstore.Outcome, bool, error) {
-	statements := &s.sql.addOne
+// addOne adds the message of v with the dialect's one-statement add on q,
+// a transaction of the caller's or, where alone, the store's pool. Alone,
+// the dialect's AddInPlace goes first where it has one; a complete group,
+// a redelivery or a group created meanwhile then costs AddMessage after
+// it. Only a complete group that did not take the message costs a
+// statement more, which tells a redelivery from a late message by a
+// fresh read. With v.probe it probes too and reports the fit.
+func (s *Store) addOne(ctx context.Context, q querier, alone bool, key string, v *values, timeout time.Duration) (groupstore.Group, groupstore.Outcome, bool, error) {
+	probe, due := 0, 0
 	if v.probe != nil {
-		statements = &s.sql.addProbe
+		probe = 1
 	}
-	add := statements[0]
 	if timeout > 0 {
-		add = statements[1]
+		due = 1
 	}
 	var (
 		row         groupRow
 		added, fits int64
 	)
 	dest := append(row.dest(), &added)
-	if v.probe != nil {
+	if probe == 1 {
 		dest = append(dest, &fits)
 	}
+	if in := s.sql.addInPlace[probe][due]; alone && in.SQL != "" {
+		err := q.QueryRowContext(ctx, in.SQL, v.args(in)...).Scan(dest...)
+		if err == nil {
+			return s.added(ctx, q, key, v, &row, added, fits)
+		}
+		if !errors.Is(err, sql.ErrNoRows) && dialect.SQLState(err) != uniqueViolation {
+			return groupstore.Group{}, 0, false, err
+		}
+	}
+	add := [2][2]dialect.Query{s.sql.addOne, s.sql.addProbe}[probe][due]
 	if err := q.QueryRowContext(ctx, add.SQL, v.args(add)...).Scan(dest...); err != nil {
 		return groupstore.Group{}, 0, false, err
 	}
 	return s.added(ctx, q, key, v, &row, added, fits)
 }
+
+// uniqueViolation is PostgreSQL's SQLSTATE of a duplicate key.
+const uniqueViolation = "23505"
 
 // added returns what the one-statement Add of v to the group of key did,
 // from the group's row and ADDED and FITS as it returned them; a message

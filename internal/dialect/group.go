@@ -55,6 +55,18 @@ type GroupSQL struct {
 	// (:unique_key, :unique, :same_key, :same; see groupstore.Probe) as
 	// they were when the group row's lock was granted, else 0.
 	AddProbe [2]string
+	// AddInPlace, where set (PostgreSQL), is AddMessage (AddInPlace[0])
+	// and AddProbe (AddInPlace[1]), each without and with a timeout, for
+	// the usual case, in fewer writes: it updates an open group's row in
+	// place, or creates the group where the statement's snapshot has none,
+	// and inserts the message, with no lock taken ahead of the update and
+	// no speculative insert. It returns no row where the group is complete
+	// (or was removed meanwhile), and fails with a unique violation
+	// (23505) where the group has the message or another statement
+	// created the group meanwhile: outside a transaction (which the error
+	// would abort), AddMessage or AddProbe then does the Add. ADDED is
+	// always 1.
+	AddInPlace [2][2]string
 	// AddBatch, where set (PostgreSQL), is AddMessage for several
 	// messages of distinct groups in one statement, without and with the
 	// probes of AddProbe. :rows is a JSON array of one object per message,
@@ -148,11 +160,8 @@ func addMessageProbed(due, probe bool) string {
 	}
 	fits := ""
 	if probe {
-		misfit := misfitOf(`CAST(:unique_key AS TEXT)`, `CAST(:unique AS BIGINT)`, `CAST(:same_key AS TEXT)`, `CAST(:same AS BIGINT)`)
-		fits = `, CASE WHEN g.VERSION = COALESCE((SELECT s.VERSION FROM {prefix}GROUP s WHERE s.GROUP_KEY = :group_key AND s.REGION = :region), 0) + ` + added +
-			` AND NOT EXISTS (SELECT 1 FROM {prefix}GROUP_MESSAGE o ` + probed(`CAST(:unique_key AS TEXT)`, `CAST(:same_key AS TEXT)`) +
-			` WHERE o.GROUP_KEY = :group_key AND o.REGION = :region ` +
-			`AND o.RELEASED = 0 AND o.MESSAGE_KEY <> :message_key AND (` + misfit + `)) THEN 1 ELSE 0 END AS FITS`
+		fits = `, ` + fitsOf(`g.VERSION`, `:group_key`, added, `CAST(:unique_key AS TEXT)`, `CAST(:unique AS BIGINT)`,
+			`CAST(:same_key AS TEXT)`, `CAST(:same AS BIGINT)`, `:message_key`) + ` AS FITS`
 	}
 	return `WITH l AS (SELECT COMPLETE, LAST_POSITION FROM {prefix}GROUP WHERE GROUP_KEY = :group_key AND REGION = :region FOR UPDATE), ` +
 		`m AS (INSERT INTO {prefix}GROUP_MESSAGE (GROUP_KEY, REGION, MESSAGE_KEY, MESSAGE_ID, POSITION, RELEASED, METADATA, PAYLOAD, CREATED_DATE) ` +
@@ -166,6 +175,49 @@ func addMessageProbed(due, probe bool) string {
 		`UPDATED_DATE = CASE WHEN excluded.VERSION > 0 THEN {now} ELSE t.UPDATED_DATE END` + dueSet +
 		` RETURNING ` + GroupColumns + `) ` +
 		`SELECT ` + GroupColumns + `, ` + added + ` AS ADDED` + fits + ` FROM g`
+}
+
+// addInPlace returns PostgreSQL's GroupSQL.AddInPlace (with probe, FITS
+// as addMessageProbed returns it). g updates the group's row unless it
+// is complete: the update waits for the row's lock and checks its
+// condition again on the latest version. c creates the group where the
+// snapshot has none; a group that another statement creates meanwhile
+// makes c fail on the primary key, so that c never adds a second group.
+// m inserts the message at the group's new LAST_POSITION; one that the
+// group has fails on the primary key.
+func addInPlace(due, probe bool) string {
+	dueSet, dueCol, dueVal := "", "", ""
+	if due {
+		dueSet, dueCol, dueVal = `, DUE_AT = {now+:timeout}, CLAIMED_UNTIL = NULL`, `, DUE_AT`, `, {now+:timeout}`
+	}
+	fits := ""
+	if probe {
+		fits = `, ` + fitsOf(`x.VERSION`, `:group_key`, `1`, `CAST(:unique_key AS TEXT)`, `CAST(:unique AS BIGINT)`,
+			`CAST(:same_key AS TEXT)`, `CAST(:same AS BIGINT)`, `:message_key`) + ` AS FITS`
+	}
+	return `WITH g AS (UPDATE {prefix}GROUP SET MESSAGE_COUNT = MESSAGE_COUNT + 1, LAST_POSITION = LAST_POSITION + 1, ` +
+		`VERSION = VERSION + 1, UPDATED_DATE = {now}` + dueSet +
+		` WHERE GROUP_KEY = :group_key AND REGION = :region AND COMPLETE = 0 RETURNING ` + GroupColumns + `), ` +
+		`c AS (INSERT INTO {prefix}GROUP (GROUP_KEY, REGION, CORRELATION_KEY, GROUP_ID, COMPLETE, LAST_RELEASED_SEQUENCE, ` +
+		`RELEASES, MESSAGE_COUNT, LAST_POSITION, VERSION, CREATED_DATE, UPDATED_DATE` + dueCol + `) ` +
+		`SELECT :group_key, :region, :correlation_key, :group_id, 0, 0, 0, 1, 1, 1, {now}, {now}` + dueVal +
+		` WHERE NOT EXISTS (SELECT 1 FROM {prefix}GROUP WHERE GROUP_KEY = :group_key AND REGION = :region) RETURNING ` + GroupColumns + `), ` +
+		`x AS (SELECT * FROM g UNION ALL SELECT * FROM c), ` +
+		`m AS (INSERT INTO {prefix}GROUP_MESSAGE (GROUP_KEY, REGION, MESSAGE_KEY, MESSAGE_ID, POSITION, RELEASED, METADATA, PAYLOAD, CREATED_DATE) ` +
+		`SELECT :group_key, :region, :message_key, :message_id, x.LAST_POSITION, 0, :metadata, :payload, {now} FROM x) ` +
+		`SELECT ` + GroupColumns + `, 1 AS ADDED` + fits + ` FROM x`
+}
+
+// fitsOf is the FITS of a probe (see addMessageProbed): 1 if version,
+// the group's VERSION after the statement, is its VERSION in the
+// statement's snapshot plus added, and none of the group's other
+// unreleased messages in that snapshot misfits, else 0.
+func fitsOf(version, groupKey, added, uniqueKey, unique, sameKey, same, messageKey string) string {
+	return `CASE WHEN ` + version + ` = COALESCE((SELECT s.VERSION FROM {prefix}GROUP s WHERE s.GROUP_KEY = ` + groupKey +
+		` AND s.REGION = :region), 0) + ` + added +
+		` AND NOT EXISTS (SELECT 1 FROM {prefix}GROUP_MESSAGE o ` + probed(uniqueKey, sameKey) +
+		` WHERE o.GROUP_KEY = ` + groupKey + ` AND o.REGION = :region ` +
+		`AND o.RELEASED = 0 AND o.MESSAGE_KEY <> ` + messageKey + ` AND (` + misfitOf(uniqueKey, unique, sameKey, same) + `)) THEN 1 ELSE 0 END`
 }
 
 // addBatch returns PostgreSQL's one-statement Add of several messages of
@@ -182,11 +234,7 @@ func addBatch(probe bool) string {
 	fits := ""
 	if probe {
 		cols += probeCols
-		misfit := misfitOf(`a.unique_key`, `a."unique"`, `a.same_key`, `a.same`)
-		fits = `, CASE WHEN g.VERSION = COALESCE((SELECT s.VERSION FROM {prefix}GROUP s WHERE s.GROUP_KEY = a.group_key AND s.REGION = :region), 0) + a.added` +
-			` AND NOT EXISTS (SELECT 1 FROM {prefix}GROUP_MESSAGE o ` + probed(`a.unique_key`, `a.same_key`) +
-			` WHERE o.GROUP_KEY = a.group_key AND o.REGION = :region ` +
-			`AND o.RELEASED = 0 AND o.MESSAGE_KEY <> a.message_key AND (` + misfit + `)) THEN 1 ELSE 0 END AS FITS`
+		fits = `, ` + fitsOf(`g.VERSION`, `a.group_key`, `a.added`, `a.unique_key`, `a."unique"`, `a.same_key`, `a.same`, `a.message_key`) + ` AS FITS`
 	}
 	due := `CASE WHEN due THEN {now} + timeout * INTERVAL '1 microsecond' END`
 	fresh := `excluded.VERSION > 0 AND excluded.DUE_AT IS NOT NULL`

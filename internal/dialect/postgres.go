@@ -159,6 +159,7 @@ var Postgres = register(&Dialect{
 		InsertMessage: insertMessageUnlessThere,
 		AddMessage:    [2]string{addMessage(false), addMessage(true)},
 		AddProbe:      [2]string{addMessageProbed(false, true), addMessageProbed(true, true)},
+		AddInPlace:    [2][2]string{{addInPlace(false, false), addInPlace(true, false)}, {addInPlace(false, true), addInPlace(true, true)}},
 		AddBatch:      [2]string{addBatch(false), addBatch(true)},
 		LockRow:       lockRowForUpdate,
 		LockGet:       lockGet,

@@ -88,7 +88,7 @@ func TestEveryBuiltInStatementCompiles(t *testing.T) {
 			}
 		}
 		g := d.Group
-		for _, s := range []string{g.Upsert, g.LockGroup, g.InsertMessage, g.AddMessage[0], g.AddMessage[1], g.AddProbe[0], g.AddProbe[1], g.AddBatch[0], g.AddBatch[1], g.LockRow, g.ClaimDue, g.SweepMessages, g.SweepGroups, g.SelectFinished} {
+		for _, s := range []string{g.Upsert, g.LockGroup, g.InsertMessage, g.AddMessage[0], g.AddMessage[1], g.AddProbe[0], g.AddProbe[1], g.AddInPlace[0][0], g.AddInPlace[0][1], g.AddInPlace[1][0], g.AddInPlace[1][1], g.AddBatch[0], g.AddBatch[1], g.LockRow, g.ClaimDue, g.SweepMessages, g.SweepGroups, g.SelectFinished} {
 			if _, err := d.Compile(s, "INT_", GroupParams...); err != nil {
 				t.Errorf("%s: %v\n%s", d.Name, err, s)
 			}
