@@ -28,8 +28,7 @@ var _ groupstore.Prober = (*Store)(nil)
 func (s *Store) Probes() bool { return s.sql.addProbe[0].SQL != "" }
 
 // AddProbe implements [groupstore.Prober]. On PostgreSQL it costs what
-// Add costs, one statement (one more for a complete group that does not
-// know the message); it reads the metadata of the group's unreleased
+// Add costs, one statement in the usual case (see Store); it reads the metadata of the group's unreleased
 // messages in it (as JSON), and reports no fit when another transaction
 // changed the group while the statement waited for the group row's lock.
 // Elsewhere it is Add and reports no fit.
@@ -141,7 +140,10 @@ func (s *Store) addOne(ctx context.Context, q querier, alone bool, key string, v
 			return groupstore.Group{}, 0, false, err
 		}
 	}
-	add := [2][2]dialect.Query{s.sql.addOne, s.sql.addProbe}[probe][due]
+	add := s.sql.addOne[due]
+	if probe == 1 {
+		add = s.sql.addProbe[due]
+	}
 	if err := q.QueryRowContext(ctx, add.SQL, v.args(add)...).Scan(dest...); err != nil {
 		return groupstore.Group{}, 0, false, err
 	}

@@ -160,8 +160,7 @@ func addMessageProbed(due, probe bool) string {
 	}
 	fits := ""
 	if probe {
-		fits = `, ` + fitsOf(`g.VERSION`, `:group_key`, added, `CAST(:unique_key AS TEXT)`, `CAST(:unique AS BIGINT)`,
-			`CAST(:same_key AS TEXT)`, `CAST(:same AS BIGINT)`, `:message_key`) + ` AS FITS`
+		fits = `, ` + fitsOfParams(`g.VERSION`, added) + ` AS FITS`
 	}
 	return `WITH l AS (SELECT COMPLETE, LAST_POSITION FROM {prefix}GROUP WHERE GROUP_KEY = :group_key AND REGION = :region FOR UPDATE), ` +
 		`m AS (INSERT INTO {prefix}GROUP_MESSAGE (GROUP_KEY, REGION, MESSAGE_KEY, MESSAGE_ID, POSITION, RELEASED, METADATA, PAYLOAD, CREATED_DATE) ` +
@@ -192,8 +191,7 @@ func addInPlace(due, probe bool) string {
 	}
 	fits := ""
 	if probe {
-		fits = `, ` + fitsOf(`x.VERSION`, `:group_key`, `1`, `CAST(:unique_key AS TEXT)`, `CAST(:unique AS BIGINT)`,
-			`CAST(:same_key AS TEXT)`, `CAST(:same AS BIGINT)`, `:message_key`) + ` AS FITS`
+		fits = `, ` + fitsOfParams(`x.VERSION`, `1`) + ` AS FITS`
 	}
 	return `WITH g AS (UPDATE {prefix}GROUP SET MESSAGE_COUNT = MESSAGE_COUNT + 1, LAST_POSITION = LAST_POSITION + 1, ` +
 		`VERSION = VERSION + 1, UPDATED_DATE = {now}` + dueSet +
@@ -218,6 +216,13 @@ func fitsOf(version, groupKey, added, uniqueKey, unique, sameKey, same, messageK
 		` AND NOT EXISTS (SELECT 1 FROM {prefix}GROUP_MESSAGE o ` + probed(uniqueKey, sameKey) +
 		` WHERE o.GROUP_KEY = ` + groupKey + ` AND o.REGION = :region ` +
 		`AND o.RELEASED = 0 AND o.MESSAGE_KEY <> ` + messageKey + ` AND (` + misfitOf(uniqueKey, unique, sameKey, same) + `)) THEN 1 ELSE 0 END`
+}
+
+// fitsOfParams is fitsOf for the one message of the statement's
+// parameters.
+func fitsOfParams(version, added string) string {
+	return fitsOf(version, `:group_key`, added, `CAST(:unique_key AS TEXT)`, `CAST(:unique AS BIGINT)`,
+		`CAST(:same_key AS TEXT)`, `CAST(:same AS BIGINT)`, `:message_key`)
 }
 
 // addBatch returns PostgreSQL's one-statement Add of several messages of
