@@ -118,8 +118,9 @@
 // a store that locks groups itself (sqlstore's), the lock is the group
 // row's, in the store's transaction; on PostgreSQL, whose Add probes the
 // group in its one statement (groupstore.Prober: another unreleased message
-// with the same number, or another size), a message that can release
-// nothing and fits its group costs that Add alone, and only the others
+// with the same number, or another size; with script 000008 it reads
+// that from the group's row, not from its messages), a message that can
+// release nothing and fits its group costs that Add alone, and only the others
 // (see Resequencer.Handle) are read under the lock and released; on MySQL
 // and SQLite every message's Add and Get run in one such transaction. The timeout runner makes one ClaimDue per
 // PollInterval and instance. GroupTimeoutFunc adds an Update to each

@@ -9,7 +9,8 @@
 // applied in name order. The first word of the name says whose tables a
 // script makes: the lock scripts (000001_lock, 000002_lock_fence_queue,
 // 000004_lock_holder, and postgres/000005_lock_queued) are applied by [github.com/lockreg/lockreg/jdbc.CreateSchema], the
-// message-group scripts (000003_message_group and postgres/000006_message_group_due) by
+// message-group scripts (000003_message_group, postgres/000006_message_group_due and
+// postgres/000008_message_group_probe) by
 // [github.com/lockreg/lockreg/groupstore/sqlstore.CreateSchema], so the
 // scripts are the one definition of the schema; migration tools apply all
 // of them, the same files:
@@ -47,7 +48,9 @@
 // table; on PostgreSQL 000005 adds the nullable QUEUED_UNTIL, the waiter
 // queue's has-waiters flag, which Spring's statements leave alone too, and
 // 000006 makes the due groups' index partial, so that no plan reads a
-// region's groups through it in place of the primary key. INT_LOCK_WAIT (PostgreSQL's waiter queue), INT_GROUP
+// region's groups through it in place of the primary key, and 000008 adds
+// INT_GROUP's nullable probe summary, which lets an Add of the resequencer
+// tell a twin or a size mismatch from the group's row. INT_LOCK_WAIT (PostgreSQL's waiter queue), INT_GROUP
 // and INT_GROUP_MESSAGE are lockreg's own. Migrating down to version 1
 // leaves INT_LOCK as Spring 7 creates it; migrating down past 000001 drops it, also when Spring made
 // it. A Spring Integration 5.4-6.x INT_LOCK (no EXPIRED_AFTER) is not

@@ -19,6 +19,8 @@ import (
 	_ "github.com/lib/pq"
 	_ "modernc.org/sqlite"
 
+	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/groupstore/sqlstore"
 	"github.com/lockreg/lockreg/jdbc"
 	"github.com/lockreg/lockreg/scheduler"
 )
@@ -341,9 +343,34 @@ func wantLockregWorks(t *testing.T, f freshDB, db *sql.DB) {
 	if e, err := sc.Get(ctx, "tooltest", id); err != nil || string(e.Data) != "1" {
 		t.Fatalf("scheduler Get: %v, %+v", err, e)
 	}
+	if f.dialect == jdbc.Postgres {
+		wantProbeSummary(t, db)
+	}
 	if springRows(t, db) > 0 {
 		if _, ok, err := repo.Acquire(ctx, "spring-key", time.Minute); ok || err != nil {
 			t.Fatalf("Acquire of the key Spring holds: %v, %v; want false, nil", ok, err)
 		}
+	}
+}
+
+// wantProbeSummary checks postgres/000008: the resequencer's probing Add
+// keeps its summary in the group's row.
+func wantProbeSummary(t *testing.T, db *sql.DB) {
+	t.Helper()
+	ctx := context.Background()
+	region := "r-" + randomHex(4)
+	s, err := sqlstore.New(db, sqlstore.Config{Region: region, DisableCleanup: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := groupstore.Probe{UniqueKey: "n", Unique: 1, SameKey: "size", Same: 2}
+	msg := groupstore.Message{UUID: "m1", Metadata: map[string]string{"n": "1", "size": "2"}}
+	if _, _, fits, err := s.AddProbe(ctx, "g", msg, 0, p); err != nil || !fits {
+		t.Fatalf("AddProbe: fits %v, %v", fits, err)
+	}
+	var kept bool
+	err = db.QueryRowContext(ctx, `SELECT PROBE_VERSION = VERSION FROM INT_GROUP WHERE REGION = $1`, region).Scan(&kept)
+	if err != nil || !kept {
+		t.Fatalf("the group's probe summary: kept %v, %v", kept, err)
 	}
 }

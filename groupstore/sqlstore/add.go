@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -28,10 +30,17 @@ var _ groupstore.Prober = (*Store)(nil)
 func (s *Store) Probes() bool { return s.sql.addProbe[0].SQL != "" }
 
 // AddProbe implements [groupstore.Prober]. On PostgreSQL it costs what
-// Add costs, one statement in the usual case (see Store); it reads the metadata of the group's unreleased
-// messages in it (as JSON), and reports no fit when another transaction
-// changed the group while the statement waited for the group row's lock.
-// Elsewhere it is Add and reports no fit.
+// Add costs, one statement in the usual case (see Store). Where msg's own
+// metadata values under p's keys are p's values (the resequencer's always
+// are) and the group table has script 000008's columns, the statement
+// reads the fit from the probe summary that the group's row keeps (the
+// values of the group's unreleased messages under p's keys, for groups
+// of fewer than 64) and adds msg's values to it; after another change of
+// the group (a plain Add, a release) or under other keys, it reads the
+// metadata of the group's unreleased messages (as JSON) and builds the
+// summary again. Without the summary it reads the messages and reports no
+// fit when another transaction changed the group while the statement
+// waited for the group row's lock. Elsewhere it is Add and reports no fit.
 func (s *Store) AddProbe(ctx context.Context, key string, msg groupstore.Message, timeout time.Duration, p groupstore.Probe) (groupstore.Group, groupstore.Outcome, bool, error) {
 	if !s.Probes() {
 		g, o, err := s.Add(ctx, key, msg, timeout)
@@ -60,6 +69,9 @@ func (s *Store) add(ctx context.Context, tx *sql.Tx, key string, msg groupstore.
 	v := s.values(key)
 	v.groupID, v.messageKey, v.messageID, v.payload = uuid.NewString(), messageKeyOf(msg.UUID), msg.UUID, msg.Payload
 	v.timeout, v.probe = dialect.Micros(timeout), probe
+	if probe != nil && ownValues(msg.Metadata, probe) {
+		v.probeKeys = strconv.Itoa(len(probe.UniqueKey)) + ":" + probe.UniqueKey + probe.SameKey
+	}
 	if len(msg.Metadata) > 0 { // NULL for no metadata
 		b, err := json.Marshal(msg.Metadata)
 		if err != nil {
@@ -131,7 +143,21 @@ func (s *Store) addOne(ctx context.Context, q querier, alone bool, key string, v
 	if probe == 1 {
 		dest = append(dest, &fits)
 	}
-	if in := s.sql.addInPlace[probe][due]; alone && in.SQL != "" {
+	inPlace := alone
+	if sum := s.sql.addSummary[due]; inPlace && v.probeKeys != "" && sum.SQL != "" && !s.noSummary.Load() {
+		err := q.QueryRowContext(ctx, sum.SQL, v.args(sum)...).Scan(dest...)
+		switch {
+		case err == nil:
+			return s.added(ctx, q, key, v, &row, added, fits)
+		case dialect.IsUndefinedColumn(err): // a table without script 000008's columns: probe as before
+			s.noSummary.Store(true)
+		case !errors.Is(err, sql.ErrNoRows) && dialect.SQLState(err) != uniqueViolation:
+			return groupstore.Group{}, 0, false, err
+		default:
+			inPlace = false // the outcomes that the locking statement decides
+		}
+	}
+	if in := s.sql.addInPlace[probe][due]; inPlace && in.SQL != "" {
 		err := q.QueryRowContext(ctx, in.SQL, v.args(in)...).Scan(dest...)
 		if err == nil {
 			return s.added(ctx, q, key, v, &row, added, fits)
@@ -152,6 +178,36 @@ func (s *Store) addOne(ctx context.Context, q querier, alone bool, key string, v
 
 // uniqueViolation is PostgreSQL's SQLSTATE of a duplicate key.
 const uniqueViolation = "23505"
+
+// ownValues reports whether md's values under p's keys are p's values, as
+// the probe's SQL reads them (probeNumber), so that AddSummary may keep
+// them in the group's probe summary as the message's. The resequencer's
+// are always.
+func ownValues(md map[string]string, p *groupstore.Probe) bool {
+	if p.UniqueKey == "" || p.SameKey == "" {
+		return false
+	}
+	if n, ok := probeNumber(md[p.UniqueKey]); !ok || n != p.Unique {
+		return false
+	}
+	same, ok := md[p.SameKey]
+	if !ok {
+		return p.Same == 0 // absent is 0
+	}
+	n, ok := probeNumber(same)
+	return ok && n == p.Same
+}
+
+// probeNumber is text as the probe's SQL reads a number: an optional "+"
+// and 1 to 18 decimal digits.
+func probeNumber(text string) (int64, bool) {
+	digits := strings.TrimPrefix(text, "+")
+	if len(digits) == 0 || len(digits) > 18 || strings.ContainsFunc(digits, func(r rune) bool { return r < '0' || r > '9' }) {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	return n, err == nil
+}
 
 // added returns what the one-statement Add of v to the group of key did,
 // from the group's row and ADDED and FITS as it returned them; a message

@@ -97,6 +97,7 @@ type statements struct {
 	addProbe                                         [2]dialect.Query    // the dialect's AddProbe, if any
 	addBatch                                         [2]dialect.Query    // the dialect's AddBatch (without, with probes), if any
 	addInPlace                                       [2][2]dialect.Query // the dialect's AddInPlace (without, with a probe; without, with a timeout), if any
+	addSummary                                       [2]dialect.Query    // the dialect's AddSummary, if any
 	lockRow                                          dialect.Query
 	selectGroup, selectVersion                       dialect.Query
 	lockGet                                          dialect.Query // the dialect's LockGet, if any
@@ -126,6 +127,7 @@ func compile(d *dialect.Dialect, prefix string) *statements {
 		addBatch: [2]dialect.Query{c(g.AddBatch[0]), c(g.AddBatch[1])},
 		addInPlace: [2][2]dialect.Query{{c(g.AddInPlace[0][0]), c(g.AddInPlace[0][1])},
 			{c(g.AddInPlace[1][0]), c(g.AddInPlace[1][1])}},
+		addSummary:  [2]dialect.Query{c(g.AddSummary[0]), c(g.AddSummary[1])},
 		selectGroup: c(dialect.SelectGroup), lockGet: c(g.LockGet), selectVersion: c(selectVersion),
 		releaseAll: c(releaseOf(`:group_key`)), releaseListed: c(releaseOf(`:group_key`) + ` AND MESSAGE_KEY IN {list}`),
 		remove:         [2]dialect.Query{c(removeGroup), c(removeGroup + ` AND VERSION = :version`)},
@@ -152,6 +154,7 @@ type values struct {
 	timeout, version, sequence, lease, retention                     int64
 	limit, batch                                                     int
 	probe                                                            *groupstore.Probe // AddProbe's, nil for Add
+	probeKeys                                                        string            // the probe's keys as AddSummary's :probe_keys; "" where its values are not the message's own
 	rows                                                             string            // AddBatch's JSON
 }
 
@@ -196,6 +199,8 @@ func (v *values) value(name string) any {
 		return v.batch
 	case dialect.Rows:
 		return v.rows
+	case dialect.ProbeKeys:
+		return v.probeKeys
 	}
 	if p := v.probe; p != nil {
 		switch name {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -59,6 +60,7 @@ type Store struct {
 	cleaner   *cleanup.Runner // nil with DisableCleanup
 	gate      keyGate         // the groups of this process's Locked calls
 	batch     *batcher        // the group commit of Adds; nil where off or not one statement
+	noSummary atomic.Bool     // the group table lacks the probe summary's columns (script 000008)
 }
 
 var _ groupstore.Store = (*Store)(nil)

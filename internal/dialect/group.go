@@ -22,13 +22,14 @@ const (
 	Unique         = "unique"          // its value
 	SameKey        = "same_key"        // a probe's metadata key every other message must share a value under
 	Same           = "same"            // its value, 0 for absent
+	ProbeKeys      = "probe_keys"      // UniqueKey and SameKey as one text (see AddSummary)
 	Rows           = "rows"            // AddBatch's calls: a JSON array of objects (see AddBatch)
 	// Region, Retention and Batch are the lock statements'.
 )
 
 // GroupParams are the parameters of the group statements.
 var GroupParams = []string{GroupKey, Region, CorrelationKey, GroupID, MessageKey, MessageID, Position, Metadata,
-	Payload, Timeout, Version, Sequence, Limit, Lease, Retention, Batch, UniqueKey, Unique, SameKey, Same, Rows}
+	Payload, Timeout, Version, Sequence, Limit, Lease, Retention, Batch, UniqueKey, Unique, SameKey, Same, ProbeKeys, Rows}
 
 // GroupColumns are the columns of the group table that Add reads.
 const GroupColumns = `GROUP_ID, COMPLETE, LAST_RELEASED_SEQUENCE, RELEASES, MESSAGE_COUNT, LAST_POSITION, VERSION, CREATED_DATE`
@@ -67,6 +68,15 @@ type GroupSQL struct {
 	// would abort), AddMessage or AddProbe then does the Add. ADDED is
 	// always 1.
 	AddInPlace [2][2]string
+	// AddSummary, where set (PostgreSQL), is AddInPlace with the probe,
+	// without and with a timeout, for a message whose own values under the
+	// probe's keys are :unique and :same, on a group table with the
+	// columns of script 000008 (undefined_column, 42703, without them): it
+	// reads the fit from the probe's summary in the group's row, the
+	// values of its unreleased messages under the keys :probe_keys names,
+	// which it keeps up to date (see addSummary), where AddInPlace reads
+	// the messages. Its outcomes are AddInPlace's.
+	AddSummary [2]string
 	// AddBatch, where set (PostgreSQL), is AddMessage for several
 	// messages of distinct groups in one statement, without and with the
 	// probes of AddProbe. :rows is a JSON array of one object per message,
@@ -177,33 +187,96 @@ func addMessageProbed(due, probe bool) string {
 }
 
 // addInPlace returns PostgreSQL's GroupSQL.AddInPlace (with probe, FITS
-// as addMessageProbed returns it). g updates the group's row unless it
-// is complete: the update waits for the row's lock and checks its
-// condition again on the latest version. c creates the group where the
-// snapshot has none; a group that another statement creates meanwhile
-// makes c fail on the primary key, so that c never adds a second group.
-// m inserts the message at the group's new LAST_POSITION; one that the
-// group has fails on the primary key.
+// as addMessageProbed returns it).
 func addInPlace(due, probe bool) string {
+	var p inPlaceParts
+	if probe {
+		p.fits = `, ` + fitsOfParams(`x.VERSION`, `1`) + ` AS FITS`
+	}
+	return inPlace(due, p)
+}
+
+// inPlaceParts are what a form of inPlace adds: to the update of the
+// group's row (set, and to its RETURNING returning), to its creation
+// (cols, vals, created) and to the statement's result (fits).
+type inPlaceParts struct{ set, returning, cols, vals, created, fits string }
+
+// inPlace is the statement of AddInPlace and AddSummary. g updates the
+// group's row unless it is complete: the update waits for the row's lock
+// and checks its condition again on the latest version. c creates the
+// group where the snapshot has none; a group that another statement
+// creates meanwhile makes c fail on the primary key, so that c never adds
+// a second group. m inserts the message at the group's new LAST_POSITION;
+// one that the group has fails on the primary key.
+func inPlace(due bool, p inPlaceParts) string {
 	dueSet, dueCol, dueVal := "", "", ""
 	if due {
 		dueSet, dueCol, dueVal = `, DUE_AT = {now+:timeout}, CLAIMED_UNTIL = NULL`, `, DUE_AT`, `, {now+:timeout}`
 	}
-	fits := ""
-	if probe {
-		fits = `, ` + fitsOfParams(`x.VERSION`, `1`) + ` AS FITS`
-	}
 	return `WITH g AS (UPDATE {prefix}GROUP SET MESSAGE_COUNT = MESSAGE_COUNT + 1, LAST_POSITION = LAST_POSITION + 1, ` +
-		`VERSION = VERSION + 1, UPDATED_DATE = {now}` + dueSet +
-		` WHERE GROUP_KEY = :group_key AND REGION = :region AND COMPLETE = 0 RETURNING ` + GroupColumns + `), ` +
+		`VERSION = VERSION + 1, UPDATED_DATE = {now}` + dueSet + p.set +
+		` WHERE GROUP_KEY = :group_key AND REGION = :region AND COMPLETE = 0 RETURNING ` + GroupColumns + p.returning + `), ` +
 		`c AS (INSERT INTO {prefix}GROUP (GROUP_KEY, REGION, CORRELATION_KEY, GROUP_ID, COMPLETE, LAST_RELEASED_SEQUENCE, ` +
-		`RELEASES, MESSAGE_COUNT, LAST_POSITION, VERSION, CREATED_DATE, UPDATED_DATE` + dueCol + `) ` +
-		`SELECT :group_key, :region, :correlation_key, :group_id, 0, 0, 0, 1, 1, 1, {now}, {now}` + dueVal +
-		` WHERE NOT EXISTS (SELECT 1 FROM {prefix}GROUP WHERE GROUP_KEY = :group_key AND REGION = :region) RETURNING ` + GroupColumns + `), ` +
+		`RELEASES, MESSAGE_COUNT, LAST_POSITION, VERSION, CREATED_DATE, UPDATED_DATE` + dueCol + p.cols + `) ` +
+		`SELECT :group_key, :region, :correlation_key, :group_id, 0, 0, 0, 1, 1, 1, {now}, {now}` + dueVal + p.vals +
+		` WHERE NOT EXISTS (SELECT 1 FROM {prefix}GROUP WHERE GROUP_KEY = :group_key AND REGION = :region) RETURNING ` +
+		GroupColumns + p.created + `), ` +
 		`x AS (SELECT * FROM g UNION ALL SELECT * FROM c), ` +
 		`m AS (INSERT INTO {prefix}GROUP_MESSAGE (GROUP_KEY, REGION, MESSAGE_KEY, MESSAGE_ID, POSITION, RELEASED, METADATA, PAYLOAD, CREATED_DATE) ` +
 		`SELECT :group_key, :region, :message_key, :message_id, x.LAST_POSITION, 0, :metadata, :payload, {now} FROM x) ` +
-		`SELECT ` + GroupColumns + `, 1 AS ADDED` + fits + ` FROM x`
+		`SELECT ` + GroupColumns + `, 1 AS ADDED` + p.fits + ` FROM x`
+}
+
+// summaryCap bounds the values a group's probe summary keeps: a group of
+// more unreleased messages has none, and its probes read the messages.
+const summaryCap = `64`
+
+// addSummary returns PostgreSQL's GroupSQL.AddSummary: inPlace, which
+// also keeps the group row's probe summary (script 000008) and reads the
+// fit from it. The summary is the values under :probe_keys' keys of the
+// group's unreleased messages: PROBE_UNIQUE those under the unique key
+// (NULL where one is not a number), PROBE_SAME the one all share under the
+// same key, NULL if they differ. It is true for the group as it was at
+// VERSION PROBE_VERSION. The update reads the row's latest version, so
+// where the summary is true for it (kept), the message's values are
+// appended and the fit is exact, whatever committed while the update
+// waited. Where it is not (another statement changed the group, or the
+// keys differ), the summary is built again from the messages, if the row's
+// latest VERSION is the one in the statement's snapshot (fresh), in which
+// the messages are read; otherwise, and for a group of summaryCap
+// unreleased messages or more, it is left unknown (NULL) and FITS is
+// addInPlace's, from the messages (fitsOfParams). A new group's summary is
+// its one message's values. The fit of a summary, RETURNING's FITS, is
+// read from the summary after the append: the message's own number is
+// the last of PROBE_UNIQUE, and PROBE_SAME stays its size only if every
+// other message has that size too. The subqueries of what is not needed
+// (the snapshot's VERSION, the messages) are not run.
+func addSummary(due bool) string {
+	const (
+		u     = `CAST(:unique AS BIGINT)`
+		s     = `CAST(:same AS BIGINT)`
+		kept  = `PROBE_VERSION = VERSION AND PROBE_KEYS = :probe_keys`
+		fresh = `VERSION = (SELECT s.VERSION FROM {prefix}GROUP s WHERE s.GROUP_KEY = :group_key AND s.REGION = :region)`
+		open  = `MESSAGE_COUNT < ` + summaryCap
+	)
+	others := func(col string) string {
+		return `SELECT ` + col + ` FROM {prefix}GROUP_MESSAGE o ` + probed(`CAST(:unique_key AS TEXT)`, `CAST(:same_key AS TEXT)`) +
+			` WHERE o.GROUP_KEY = :group_key AND o.REGION = :region AND o.RELEASED = 0 AND o.MESSAGE_KEY <> :message_key`
+	}
+	return inPlace(due, inPlaceParts{
+		set: `, PROBE_KEYS = :probe_keys, PROBE_VERSION = CASE WHEN ` + open + ` AND (` + kept + ` OR ` + fresh + `) THEN VERSION + 1 END, ` +
+			`PROBE_UNIQUE = CASE WHEN NOT ` + open + ` THEN NULL WHEN ` + kept + ` THEN PROBE_UNIQUE || ` + u +
+			` WHEN ` + fresh + ` THEN ARRAY(` + others(probeNumber(`v.u`)) + `) || ` + u + ` END, ` +
+			`PROBE_SAME = CASE WHEN NOT ` + open + ` THEN NULL ` +
+			`WHEN ` + kept + ` THEN CASE WHEN cardinality(PROBE_UNIQUE) = 0 OR PROBE_SAME = ` + s + ` THEN ` + s + ` END ` +
+			`WHEN ` + fresh + ` THEN CASE WHEN NOT EXISTS (` + others(`1`) + ` AND ` + sameMisfit(s) + `) THEN ` + s + ` END END`,
+		returning: `, CASE WHEN PROBE_VERSION = VERSION THEN CASE WHEN (` + u + ` = ANY(PROBE_UNIQUE[1 : cardinality(PROBE_UNIQUE) - 1])) IS FALSE ` +
+			`AND PROBE_SAME IS NOT NULL THEN 1 ELSE 0 END END AS FITS`,
+		cols:    `, PROBE_VERSION, PROBE_KEYS, PROBE_UNIQUE, PROBE_SAME`,
+		vals:    `, 1, :probe_keys, ARRAY[` + u + `], ` + s,
+		created: `, 1 AS FITS`,
+		fits:    `, COALESCE(x.FITS, ` + fitsOfParams(`x.VERSION`, `1`) + `) AS FITS`,
+	})
 }
 
 // fitsOf is the FITS of a probe (see addMessageProbed): 1 if version,
@@ -280,8 +353,13 @@ func probed(uniqueKey, sameKey string) string {
 // where same is 0). Empty keys probe nothing.
 func misfitOf(uniqueKey, unique, sameKey, same string) string {
 	return `(` + uniqueKey + ` <> '' AND COALESCE(` + probeNumber(`v.u`) + ` = ` + unique + `, TRUE)) OR ` +
-		`(` + sameKey + ` <> '' AND CASE WHEN v.s IS NULL THEN ` + same + ` <> 0 ` +
-		`ELSE COALESCE(` + probeNumber(`v.s`) + ` <> ` + same + `, TRUE) END)`
+		`(` + sameKey + ` <> '' AND ` + sameMisfit(same) + `)`
+}
+
+// sameMisfit is misfitOf's condition on v.s, the value under the same
+// key.
+func sameMisfit(same string) string {
+	return `CASE WHEN v.s IS NULL THEN ` + same + ` <> 0 ELSE COALESCE(` + probeNumber(`v.s`) + ` <> ` + same + `, TRUE) END`
 }
 
 // probeNumber is the text expression x as a BIGINT, NULL if it is not a

@@ -160,6 +160,7 @@ var Postgres = register(&Dialect{
 		AddMessage:    [2]string{addMessage(false), addMessage(true)},
 		AddProbe:      [2]string{addMessageProbed(false, true), addMessageProbed(true, true)},
 		AddInPlace:    [2][2]string{{addInPlace(false, false), addInPlace(true, false)}, {addInPlace(false, true), addInPlace(true, true)}},
+		AddSummary:    [2]string{addSummary(false), addSummary(true)},
 		AddBatch:      [2]string{addBatch(false), addBatch(true)},
 		LockRow:       lockRowForUpdate,
 		LockGet:       lockGet,
