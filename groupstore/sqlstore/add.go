@@ -34,13 +34,15 @@ func (s *Store) Probes() bool { return s.sql.addProbe[0].SQL != "" }
 // metadata values under p's keys are p's values (the resequencer's always
 // are) and the group table has script 000008's columns, the statement
 // reads the fit from the probe summary that the group's row keeps (the
-// values of the group's unreleased messages under p's keys, for groups
-// of fewer than 64) and adds msg's values to it; after another change of
-// the group (a plain Add, a release) or under other keys, it reads the
-// metadata of the group's unreleased messages (as JSON) and builds the
-// summary again. Without the summary it reads the messages and reports no
-// fit when another transaction changed the group while the statement
-// waited for the group row's lock. Elsewhere it is Add and reports no fit.
+// values of the group's unreleased messages under p's keys) and adds
+// msg's values to it, reading no message. After another change of the
+// group (a plain Add, a release) or under other keys, a second statement
+// builds the summary again from the messages' metadata (as JSON); for a
+// group of more than 256 unreleased messages, which keeps no summary, it
+// reads the messages instead. Without the columns the one statement reads
+// the messages, and reports no fit when another transaction changed the
+// group while it waited for the group row's lock. Elsewhere AddProbe is
+// Add and reports no fit.
 func (s *Store) AddProbe(ctx context.Context, key string, msg groupstore.Message, timeout time.Duration, p groupstore.Probe) (groupstore.Group, groupstore.Outcome, bool, error) {
 	if !s.Probes() {
 		g, o, err := s.Add(ctx, key, msg, timeout)
@@ -145,9 +147,15 @@ func (s *Store) addOne(ctx context.Context, q querier, alone bool, key string, v
 	}
 	inPlace := alone
 	if sum := s.sql.addSummary[due]; inPlace && v.probeKeys != "" && sum.SQL != "" && !s.noSummary.Load() {
-		err := q.QueryRowContext(ctx, sum.SQL, v.args(sum)...).Scan(dest...)
+		var known sql.NullInt64
+		err := q.QueryRowContext(ctx, sum.SQL, v.args(sum)...).Scan(append(row.dest(), &added, &known)...)
 		switch {
 		case err == nil:
+			if fits = known.Int64; !known.Valid {
+				if fits, err = s.probeAfter(ctx, q, v, &row); err != nil {
+					return groupstore.Group{}, 0, false, err
+				}
+			}
 			return s.added(ctx, q, key, v, &row, added, fits)
 		case dialect.IsUndefinedColumn(err): // a table without script 000008's columns: probe as before
 			s.noSummary.Store(true)
@@ -174,6 +182,24 @@ func (s *Store) addOne(ctx context.Context, q querier, alone bool, key string, v
 		return groupstore.Group{}, 0, false, err
 	}
 	return s.added(ctx, q, key, v, &row, added, fits)
+}
+
+// probeAfter returns the fit of the message of v that AddSummary added
+// to a group without a summary, which row describes after the Add: it
+// builds the summary (Summarize), or for a group too large for one reads
+// the messages (ProbeAfter). Either reports no fit where the group
+// changed since the Add.
+func (s *Store) probeAfter(ctx context.Context, q querier, v *values, row *groupRow) (int64, error) {
+	v.version = row.version
+	st := s.sql.summarize
+	if row.count > dialect.SummaryCap {
+		st = s.sql.probeAfter
+	}
+	var fits int64
+	if err := q.QueryRowContext(ctx, st.SQL, v.args(st)...).Scan(&fits); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, err
+	}
+	return fits, nil
 }
 
 // uniqueViolation is PostgreSQL's SQLSTATE of a duplicate key.

@@ -98,6 +98,7 @@ type statements struct {
 	addBatch                                         [2]dialect.Query    // the dialect's AddBatch (without, with probes), if any
 	addInPlace                                       [2][2]dialect.Query // the dialect's AddInPlace (without, with a probe; without, with a timeout), if any
 	addSummary                                       [2]dialect.Query    // the dialect's AddSummary, if any
+	summarize, probeAfter                            dialect.Query       // the dialect's Summarize and ProbeAfter, if any
 	lockRow                                          dialect.Query
 	selectGroup, selectVersion                       dialect.Query
 	lockGet                                          dialect.Query // the dialect's LockGet, if any
@@ -127,7 +128,8 @@ func compile(d *dialect.Dialect, prefix string) *statements {
 		addBatch: [2]dialect.Query{c(g.AddBatch[0]), c(g.AddBatch[1])},
 		addInPlace: [2][2]dialect.Query{{c(g.AddInPlace[0][0]), c(g.AddInPlace[0][1])},
 			{c(g.AddInPlace[1][0]), c(g.AddInPlace[1][1])}},
-		addSummary:  [2]dialect.Query{c(g.AddSummary[0]), c(g.AddSummary[1])},
+		addSummary: [2]dialect.Query{c(g.AddSummary[0]), c(g.AddSummary[1])},
+		summarize:  c(g.Summarize), probeAfter: c(g.ProbeAfter),
 		selectGroup: c(dialect.SelectGroup), lockGet: c(g.LockGet), selectVersion: c(selectVersion),
 		releaseAll: c(releaseOf(`:group_key`)), releaseListed: c(releaseOf(`:group_key`) + ` AND MESSAGE_KEY IN {list}`),
 		remove:         [2]dialect.Query{c(removeGroup), c(removeGroup + ` AND VERSION = :version`)},

@@ -1,6 +1,9 @@
 package dialect
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // The parameters of the message-group statements (the group tables are
 // {prefix}GROUP and {prefix}GROUP_MESSAGE).
@@ -72,11 +75,24 @@ type GroupSQL struct {
 	// without and with a timeout, for a message whose own values under the
 	// probe's keys are :unique and :same, on a group table with the
 	// columns of script 000008 (undefined_column, 42703, without them): it
-	// reads the fit from the probe's summary in the group's row, the
-	// values of its unreleased messages under the keys :probe_keys names,
-	// which it keeps up to date (see addSummary), where AddInPlace reads
-	// the messages. Its outcomes are AddInPlace's.
+	// reads the fit from the probe summary in the group's row, the values
+	// of its unreleased messages under the keys :probe_keys names, and
+	// appends the message's (see addSummary). FITS is NULL where the row
+	// has no summary true for it: the caller then probes with Summarize,
+	// or with ProbeAfter for a group of more than SummaryCap unreleased
+	// messages. Its outcomes are AddInPlace's.
 	AddSummary [2]string
+	// Summarize, where set (PostgreSQL), builds the probe summary of the
+	// group :group_key, if it is still at :version (after an AddSummary
+	// that returned VERSION :version and FITS NULL) and holds at most
+	// SummaryCap unreleased messages, and returns FITS for the message of
+	// :unique and :same that the Add added. No row: not at :version, or
+	// too large.
+	Summarize string
+	// ProbeAfter, where set (PostgreSQL), is FITS of the message that an
+	// Add added to the group :group_key, from its unreleased messages,
+	// 1 only if the group is still at :version.
+	ProbeAfter string
 	// AddBatch, where set (PostgreSQL), is AddMessage for several
 	// messages of distinct groups in one statement, without and with the
 	// probes of AddProbe. :rows is a JSON array of one object per message,
@@ -121,10 +137,13 @@ type GroupSQL struct {
 
 // finished is the clean-up's condition on a group (alias g) that nothing
 // needs: it is complete, holds no unreleased message, has no due time (no
-// timeout, no scheduled removal) and has not changed for :retention.
+// timeout, no scheduled removal) and has not changed for :retention. A
+// group that changed exactly :retention ago is finished, so that a
+// retention of 0 takes every finished group, also one that changed within
+// the clock's last tick (SQLite's clock counts milliseconds).
 func finished(g string) string {
 	return g + `.REGION = :region AND ` + g + `.COMPLETE = 1 AND ` + g + `.MESSAGE_COUNT = 0 AND ` + g +
-		`.DUE_AT IS NULL AND ` + g + `.UPDATED_DATE < {now-:retention}`
+		`.DUE_AT IS NULL AND ` + g + `.UPDATED_DATE <= {now-:retention}`
 }
 
 // The upserts of the dialects with ON CONFLICT (PostgreSQL, SQLite).
@@ -227,9 +246,15 @@ func inPlace(due bool, p inPlaceParts) string {
 		`SELECT ` + GroupColumns + `, 1 AS ADDED` + p.fits + ` FROM x`
 }
 
-// summaryCap bounds the values a group's probe summary keeps: a group of
-// more unreleased messages has none, and its probes read the messages.
-const summaryCap = `64`
+// SummaryCap bounds the values a group's probe summary keeps: a group of
+// more unreleased messages has none (see AddSummary).
+const SummaryCap = 256
+
+// The probe values of AddSummary's message.
+const (
+	ownUnique = `CAST(:unique AS BIGINT)`
+	ownSame   = `CAST(:same AS BIGINT)`
+)
 
 // addSummary returns PostgreSQL's GroupSQL.AddSummary: inPlace, which
 // also keeps the group row's probe summary (script 000008) and reads the
@@ -240,43 +265,44 @@ const summaryCap = `64`
 // VERSION PROBE_VERSION. The update reads the row's latest version, so
 // where the summary is true for it (kept), the message's values are
 // appended and the fit is exact, whatever committed while the update
-// waited. Where it is not (another statement changed the group, or the
-// keys differ), the summary is built again from the messages, if the row's
-// latest VERSION is the one in the statement's snapshot (fresh), in which
-// the messages are read; otherwise, and for a group of summaryCap
-// unreleased messages or more, it is left unknown (NULL) and FITS is
-// addInPlace's, from the messages (fitsOfParams). A new group's summary is
-// its one message's values. The fit of a summary, RETURNING's FITS, is
-// read from the summary after the append: the message's own number is
-// the last of PROBE_UNIQUE, and PROBE_SAME stays its size only if every
-// other message has that size too. The subqueries of what is not needed
-// (the snapshot's VERSION, the messages) are not run.
+// waited: the message's own number is the last of PROBE_UNIQUE, and
+// PROBE_SAME stays its size only if every other message has that size
+// too. Where it is not (another statement changed the group, or the keys
+// differ), the summary is dropped and FITS is NULL: Summarize builds it
+// again. A new group's summary is its one message's values. The statement
+// reads no message: every subquery in it costs its start-up at each
+// execution, run or not (measured: about 15 µs each).
 func addSummary(due bool) string {
-	const (
-		u     = `CAST(:unique AS BIGINT)`
-		s     = `CAST(:same AS BIGINT)`
-		kept  = `PROBE_VERSION = VERSION AND PROBE_KEYS = :probe_keys`
-		fresh = `VERSION = (SELECT s.VERSION FROM {prefix}GROUP s WHERE s.GROUP_KEY = :group_key AND s.REGION = :region)`
-		open  = `MESSAGE_COUNT < ` + summaryCap
-	)
-	others := func(col string) string {
-		return `SELECT ` + col + ` FROM {prefix}GROUP_MESSAGE o ` + probed(`CAST(:unique_key AS TEXT)`, `CAST(:same_key AS TEXT)`) +
-			` WHERE o.GROUP_KEY = :group_key AND o.REGION = :region AND o.RELEASED = 0 AND o.MESSAGE_KEY <> :message_key`
-	}
+	kept := `PROBE_VERSION = VERSION AND PROBE_KEYS = :probe_keys AND MESSAGE_COUNT < ` + strconv.Itoa(SummaryCap)
 	return inPlace(due, inPlaceParts{
-		set: `, PROBE_KEYS = :probe_keys, PROBE_VERSION = CASE WHEN ` + open + ` AND (` + kept + ` OR ` + fresh + `) THEN VERSION + 1 END, ` +
-			`PROBE_UNIQUE = CASE WHEN NOT ` + open + ` THEN NULL WHEN ` + kept + ` THEN PROBE_UNIQUE || ` + u +
-			` WHEN ` + fresh + ` THEN ARRAY(` + others(probeNumber(`v.u`)) + `) || ` + u + ` END, ` +
-			`PROBE_SAME = CASE WHEN NOT ` + open + ` THEN NULL ` +
-			`WHEN ` + kept + ` THEN CASE WHEN cardinality(PROBE_UNIQUE) = 0 OR PROBE_SAME = ` + s + ` THEN ` + s + ` END ` +
-			`WHEN ` + fresh + ` THEN CASE WHEN NOT EXISTS (` + others(`1`) + ` AND ` + sameMisfit(s) + `) THEN ` + s + ` END END`,
-		returning: `, CASE WHEN PROBE_VERSION = VERSION THEN CASE WHEN (` + u + ` = ANY(PROBE_UNIQUE[1 : cardinality(PROBE_UNIQUE) - 1])) IS FALSE ` +
-			`AND PROBE_SAME IS NOT NULL THEN 1 ELSE 0 END END AS FITS`,
+		set: `, PROBE_VERSION = CASE WHEN ` + kept + ` THEN VERSION + 1 END, ` +
+			`PROBE_UNIQUE = CASE WHEN ` + kept + ` THEN PROBE_UNIQUE || ` + ownUnique + ` END, ` +
+			`PROBE_SAME = CASE WHEN ` + kept + ` AND (cardinality(PROBE_UNIQUE) = 0 OR PROBE_SAME = ` + ownSame + `) THEN ` + ownSame + ` END`,
+		returning: `, CASE WHEN PROBE_VERSION = VERSION THEN CASE WHEN (` + ownUnique +
+			` = ANY(PROBE_UNIQUE[1 : cardinality(PROBE_UNIQUE) - 1])) IS FALSE AND PROBE_SAME IS NOT NULL THEN 1 ELSE 0 END END AS FITS`,
 		cols:    `, PROBE_VERSION, PROBE_KEYS, PROBE_UNIQUE, PROBE_SAME`,
-		vals:    `, 1, :probe_keys, ARRAY[` + u + `], ` + s,
+		vals:    `, 1, :probe_keys, ARRAY[` + ownUnique + `], ` + ownSame,
 		created: `, 1 AS FITS`,
-		fits:    `, COALESCE(x.FITS, ` + fitsOfParams(`x.VERSION`, `1`) + `) AS FITS`,
+		fits:    `, x.FITS`,
 	})
+}
+
+// summarize is PostgreSQL's GroupSQL.Summarize: the group's summary built
+// from its unreleased messages, the message itself among them, in the
+// statement's snapshot, if the group is still at :version. The message
+// fits if its number is there once and no other is NULL, and PROBE_SAME
+// is its size.
+func summarize() string {
+	unreleased := func(col string) string {
+		return `SELECT ` + col + ` FROM {prefix}GROUP_MESSAGE o ` + probed(`CAST(:unique_key AS TEXT)`, `CAST(:same_key AS TEXT)`) +
+			` WHERE o.GROUP_KEY = :group_key AND o.REGION = :region AND o.RELEASED = 0`
+	}
+	return `UPDATE {prefix}GROUP SET PROBE_KEYS = :probe_keys, PROBE_VERSION = VERSION, ` +
+		`PROBE_UNIQUE = ARRAY(` + unreleased(probeNumber(`v.u`)) + `), ` +
+		`PROBE_SAME = CASE WHEN NOT EXISTS (` + unreleased(`1`) + ` AND ` + sameMisfit(ownSame) + `) THEN ` + ownSame + ` END ` +
+		`WHERE GROUP_KEY = :group_key AND REGION = :region AND VERSION = :version AND MESSAGE_COUNT <= ` + strconv.Itoa(SummaryCap) +
+		` RETURNING CASE WHEN array_position(PROBE_UNIQUE, NULL) IS NULL AND cardinality(array_positions(PROBE_UNIQUE, ` + ownUnique +
+		`)) = 1 AND PROBE_SAME IS NOT NULL THEN 1 ELSE 0 END`
 }
 
 // fitsOf is the FITS of a probe (see addMessageProbed): 1 if version,

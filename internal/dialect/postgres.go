@@ -161,6 +161,8 @@ var Postgres = register(&Dialect{
 		AddProbe:      [2]string{addMessageProbed(false, true), addMessageProbed(true, true)},
 		AddInPlace:    [2][2]string{{addInPlace(false, false), addInPlace(true, false)}, {addInPlace(false, true), addInPlace(true, true)}},
 		AddSummary:    [2]string{addSummary(false), addSummary(true)},
+		Summarize:     summarize(),
+		ProbeAfter:    `SELECT ` + fitsOfParams(`CAST(:version AS BIGINT)`, `0`),
 		AddBatch:      [2]string{addBatch(false), addBatch(true)},
 		LockRow:       lockRowForUpdate,
 		LockGet:       lockGet,
