@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/uuid"
-
 	"github.com/lockreg/lockreg/groupstore"
 	"github.com/lockreg/lockreg/groupstore/sqlstore"
 	"github.com/lockreg/lockreg/internal/testdb"
@@ -18,12 +16,7 @@ import (
 // and returns cfg with that prefix: tables whose statistics the test sets.
 func ownTables(t *testing.T, db *sql.DB, cfg sqlstore.Config) sqlstore.Config {
 	t.Helper()
-	cfg.Prefix = "SP" + strings.ToUpper(strings.ReplaceAll(uuid.NewString(), "-", "")[:12]) + "_"
-	t.Cleanup(func() {
-		for _, s := range []string{"GROUP_MESSAGE", "GROUP"} {
-			db.Exec(`DROP TABLE IF EXISTS ` + cfg.Prefix + s)
-		}
-	})
+	cfg.Prefix = ownPrefix(t, db, "SP")
 	if err := sqlstore.CreateSchema(context.Background(), db, cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -35,6 +35,20 @@ func newStore(t testing.TB, db sqlstore.DB, cfg sqlstore.Config) *sqlstore.Store
 	return s
 }
 
+// ownPrefix returns a table prefix of its own, starting with tag, whose
+// group and lock tables are dropped when t ends.
+func ownPrefix(t *testing.T, db *sql.DB, tag string) string {
+	prefix := tag + strings.ToUpper(strings.ReplaceAll(uuid.NewString(), "-", "")[:12]) + "_"
+	t.Cleanup(func() {
+		for _, s := range []string{"GROUP_MESSAGE", "GROUP", "LOCK_WAIT", "LOCK"} {
+			if _, err := db.Exec(`DROP TABLE IF EXISTS ` + prefix + s); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	return prefix
+}
+
 func TestConformance(t *testing.T) {
 	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
 		if db.Name == "postgres-pq" && testing.Short() {
@@ -97,12 +111,7 @@ func TestNewChecksTheConfig(t *testing.T) {
 func TestCreateSchemaCreatesTheGroupTablesAndTheLockTable(t *testing.T) {
 	testdb.ForEach(t, func(t *testing.T, db testdb.Backend) {
 		ctx := context.Background()
-		prefix := "SQ" + strings.ToUpper(strings.ReplaceAll(uuid.NewString(), "-", "")[:12]) + "_"
-		t.Cleanup(func() {
-			for _, s := range []string{"GROUP_MESSAGE", "GROUP", "LOCK_WAIT", "LOCK"} {
-				db.Exec(t, `DROP TABLE IF EXISTS `+prefix+s)
-			}
-		})
+		prefix := ownPrefix(t, db.DB, "SQ")
 		if err := jdbc.CreateSchema(ctx, db.DB, jdbc.WithPrefix(prefix)); err != nil {
 			t.Fatal(err)
 		}

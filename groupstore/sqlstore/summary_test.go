@@ -3,10 +3,7 @@ package sqlstore_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
-
-	"github.com/google/uuid"
 
 	"github.com/lockreg/lockreg/groupstore"
 	"github.com/lockreg/lockreg/groupstore/sqlstore"
@@ -136,16 +133,7 @@ func TestAddProbeFindsATwinInAGroupLargerThanTheSummary(t *testing.T) {
 // works on it and reads the messages.
 func TestAddProbeOnATableWithoutTheSummaryColumnsReadsTheMessages(t *testing.T) {
 	testdb.ForEachWhere(t, func(b testdb.Backend) bool { return b.Dialect == jdbc.Postgres }, func(t *testing.T, db testdb.Backend) {
-		ctx := context.Background()
-		prefix := "SM" + strings.ToUpper(strings.ReplaceAll(uuid.NewString(), "-", "")[:12]) + "_"
-		t.Cleanup(func() {
-			for _, s := range []string{"GROUP_MESSAGE", "GROUP", "LOCK_WAIT", "LOCK"} {
-				db.Exec(t, `DROP TABLE IF EXISTS `+prefix+s)
-			}
-		})
-		if err := sqlstore.CreateSchema(ctx, db.DB, sqlstore.Config{Prefix: prefix}); err != nil {
-			t.Fatal(err)
-		}
+		prefix := ownTables(t, db.DB, sqlstore.Config{}).Prefix
 		db.Exec(t, `ALTER TABLE `+prefix+`GROUP DROP COLUMN PROBE_VERSION, DROP COLUMN PROBE_KEYS, DROP COLUMN PROBE_UNIQUE, DROP COLUMN PROBE_SAME`)
 		s := newStore(t, db.DB, sqlstore.Config{Prefix: prefix})
 		if !addProbe(t, s, "k", seqMessage("m1", "1", "3"), probeFor(1, 3), groupstore.Added) {
