@@ -157,7 +157,14 @@
 // spare lease (above), an acquisition is one write, and a keep-alive
 // beside it for a spare last refreshed over a second before. A renewal
 // is two writes; a crashed holder keeps a lock up to a second longer than
-// its TTL rounded up to a second. etcd holds
+// its TTL rounded up to a second. A client without a password and with
+// more than one endpoint sends its transactions straight to the leader:
+// its keeper finds the leader among the endpoints (a Status call to each)
+// and dials it alone, where etcd's balancer spreads requests over all the
+// members and a follower forwards each write to the leader and answers
+// only once it has applied the entry itself; after an election, or when
+// that connection fails, transactions go through the client's balancer
+// until the new leader is found. etcd holds
 // its data in memory and is built for small data (a few GiB): it suits
 // locks, not the data they guard. A cluster without a majority (two of
 // three members down) serves no lock at all, where a single PostgreSQL

@@ -35,6 +35,10 @@ type keeper struct {
 
 	mu  sync.Mutex
 	cur *kaStream // the open stream; nil while none is
+	// lead is the route to the leader (route.go); nil while none is
+	// known. relook asks for a new one.
+	lead   *route
+	relook chan struct{}
 }
 
 // kaStream is one LeaseKeepAlive stream and the keep-alives waiting on it.
@@ -76,7 +80,7 @@ func useKeeper(c *clientv3.Client) *keeper {
 	k := keepers[c]
 	if k == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		k = &keeper{c: c, stop: cancel, done: make(chan struct{})}
+		k = &keeper{c: c, stop: cancel, done: make(chan struct{}), relook: make(chan struct{}, 1)}
 		keepers[c] = k
 		go k.run(ctx)
 	}
@@ -98,9 +102,12 @@ func dropKeeper(k *keeper) <-chan struct{} {
 }
 
 // run opens the stream and reads its answers until ctx ends, opening it
-// again after a failure.
+// again after a failure, and keeps a route to the leader meanwhile.
 func (k *keeper) run(ctx context.Context) {
 	defer close(k.done)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { k.routeLoop(ctx) })
 	lc := pb.NewLeaseClient(k.c.ActiveConnection())
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithCancel(ctx)

@@ -3,7 +3,6 @@ package etcdlock
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -329,8 +328,10 @@ func (r *Repository) ensure(ctx context.Context, e *entry, from time.Time, ttl t
 		return err
 	}
 	start := time.Now()
-	resp, err := r.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.n.entry), "=", e.rev)).
-		Then(clientv3.OpPut(e.n.entry, r.cfg.clientID, clientv3.WithLease(id))).Commit()
+	resp, err := r.txn(ctx, func(t clientv3.Txn) clientv3.Txn {
+		return t.If(clientv3.Compare(clientv3.CreateRevision(e.n.entry), "=", e.rev)).
+			Then(clientv3.OpPut(e.n.entry, r.cfg.clientID, clientv3.WithLease(id)))
+	})
 	r.cfg.tel.request("acquire", start, err)
 	if err != nil || !resp.Succeeded {
 		r.revokeLater(id) // if the put happened after all, that deletes the key: the hold is lost, safely
@@ -414,46 +415,4 @@ func (r *Repository) revoke(ctx context.Context, lease clientv3.LeaseID) error {
 	_, err := r.c.Revoke(ctx, lease)
 	r.cfg.tel.request("revoke", start, err)
 	return err
-}
-
-// tracker counts background work in flight, so that Close can wait for
-// it while holds, which outlive Close, may still start more.
-type tracker struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{} // closed when n drops to 0
-}
-
-func (t *tracker) add() {
-	t.mu.Lock()
-	if t.n == 0 {
-		t.idle = make(chan struct{})
-	}
-	t.n++
-	t.mu.Unlock()
-}
-
-func (t *tracker) done() {
-	t.mu.Lock()
-	t.n--
-	if t.n == 0 {
-		close(t.idle)
-	}
-	t.mu.Unlock()
-}
-
-// wait waits until no work is in flight or ctx is done.
-func (t *tracker) wait(ctx context.Context) error {
-	t.mu.Lock()
-	n, idle := t.n, t.idle
-	t.mu.Unlock()
-	if n == 0 {
-		return nil
-	}
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

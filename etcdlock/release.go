@@ -119,8 +119,10 @@ func (r *Repository) Release(ctx context.Context, key string) error {
 		return r.revokeRelease(ctx, what, key, h, e, expired)
 	}
 	start := time.Now()
-	resp, err := r.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.n.entry), "=", e.rev)).
-		Then(clientv3.OpDelete(e.n.entry)).Commit()
+	resp, err := r.txn(ctx, func(t clientv3.Txn) clientv3.Txn {
+		return t.If(clientv3.Compare(clientv3.CreateRevision(e.n.entry), "=", e.rev)).
+			Then(clientv3.OpDelete(e.n.entry))
+	})
 	r.cfg.tel.request("release", start, err)
 	if err != nil {
 		return r.wrap(ctx, what, err) // e stays: Close revokes it

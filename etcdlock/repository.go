@@ -198,16 +198,16 @@ func (r *Repository) acquire(ctx context.Context, key string, h *holding, e *ent
 		}
 		put := clientv3.OpPut(n.entry, r.cfg.clientID, clientv3.WithLease(sp.id))
 		owner := clientv3.OpGet(n.dir, clientv3.WithFirstCreate()...)
-		txn := r.c.Txn(ctx)
-		if wait { // enqueue: write the entry unless it exists
-			txn = txn.If(clientv3.Compare(clientv3.CreateRevision(n.entry), "=", 0)).
-				Then(put, owner).Else(clientv3.OpGet(n.entry), owner)
-		} else { // take only a lock that nobody holds or waits for
-			txn = txn.If(clientv3.Compare(clientv3.CreateRevision(n.dir), "=", 0).WithPrefix()).
+		build := func(txn clientv3.Txn) clientv3.Txn {
+			if wait { // enqueue: write the entry unless it exists
+				return txn.If(clientv3.Compare(clientv3.CreateRevision(n.entry), "=", 0)).
+					Then(put, owner).Else(clientv3.OpGet(n.entry), owner)
+			} // take only a lock that nobody holds or waits for
+			return txn.If(clientv3.Compare(clientv3.CreateRevision(n.dir), "=", 0).WithPrefix()).
 				Then(put).Else(owner)
 		}
 		start := time.Now()
-		resp, err = txn.Commit()
+		resp, err = r.txn(ctx, build)
 		r.cfg.tel.request("acquire", start, err)
 		if reused && !alive {
 			kaErr := <-ka
@@ -314,8 +314,10 @@ func (r *Repository) again(ctx context.Context, key string, h *holding, e *entry
 // a transaction that only reads if e's key still exists (alive).
 func (r *Repository) first(ctx context.Context, e *entry) (rev int64, alive bool, err error) {
 	start := time.Now()
-	resp, err := r.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.n.entry), "=", e.rev)).
-		Then(clientv3.OpGet(e.n.dir, clientv3.WithFirstCreate()...)).Commit()
+	resp, err := r.txn(ctx, func(t clientv3.Txn) clientv3.Txn {
+		return t.If(clientv3.Compare(clientv3.CreateRevision(e.n.entry), "=", e.rev)).
+			Then(clientv3.OpGet(e.n.dir, clientv3.WithFirstCreate()...))
+	})
 	r.cfg.tel.request("read", start, err)
 	if err != nil || !resp.Succeeded {
 		return 0, false, err
