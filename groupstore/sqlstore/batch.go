@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockreg/lockreg/groupstore"
+	"github.com/lockreg/lockreg/internal/dialect"
 	"github.com/lockreg/lockreg/internal/groupcommit"
 )
 
@@ -90,7 +91,12 @@ func (b *batcher) exec(calls []*groupcommit.Call[*addCall]) {
 		if p := v.probe; p != nil {
 			probe = 1
 			rows[i].UniqueKey, rows[i].Unique, rows[i].SameKey, rows[i].Same = p.UniqueKey, p.Unique, p.SameKey, p.Same
+			rows[i].ProbeKeys = v.probeKeys
 		}
+	}
+	variant := probe
+	if probe == 1 && !s.noSummary.Load() {
+		variant = 2 // the summaries too
 	}
 	js, err := json.Marshal(rows)
 	if err != nil {
@@ -100,7 +106,7 @@ func (b *batcher) exec(calls []*groupcommit.Call[*addCall]) {
 		return
 	}
 	v := &values{region: s.region, rows: string(js)} // the statement's only other parameter
-	q := s.sql.addBatch[probe]
+	q := s.sql.addBatch[variant]
 	// The statement must not end with its first caller's context: the
 	// others wait for it too.
 	ctx := context.WithoutCancel(batch[0].ctx)
@@ -136,6 +142,9 @@ func (b *batcher) exec(calls []*groupcommit.Call[*addCall]) {
 		}
 		return rs.Err()
 	})
+	if variant == 2 && dialect.IsUndefinedColumn(err) { // a table without script 000008's columns
+		s.noSummary.Store(true)
+	}
 	for i, c := range batch {
 		r := &res[i]
 		if err != nil || !r.ok {
@@ -162,4 +171,5 @@ type batchRow struct {
 	Unique         int64  `json:"unique"`
 	SameKey        string `json:"same_key"`
 	Same           int64  `json:"same"`
+	ProbeKeys      string `json:"probe_keys,omitempty"`
 }

@@ -95,7 +95,7 @@ type statements struct {
 	addMessage                                       [2]dialect.Query    // without, with a timeout
 	addOne                                           [2]dialect.Query    // the dialect's AddMessage, if any
 	addProbe                                         [2]dialect.Query    // the dialect's AddProbe, if any
-	addBatch                                         [2]dialect.Query    // the dialect's AddBatch (without, with probes), if any
+	addBatch                                         [3]dialect.Query    // the dialect's AddBatch (without, with probes, with probes and summaries), if any
 	addInPlace                                       [2][2]dialect.Query // the dialect's AddInPlace (without, with a probe; without, with a timeout), if any
 	addSummary                                       [2]dialect.Query    // the dialect's AddSummary, if any
 	summarize, probeAfter                            dialect.Query       // the dialect's Summarize and ProbeAfter, if any
@@ -125,7 +125,7 @@ func compile(d *dialect.Dialect, prefix string) *statements {
 		addMessage: [2]dialect.Query{c(addMessage + whereGroup), c(addMessage + dueIn + whereGroup)},
 		addOne:     [2]dialect.Query{c(g.AddMessage[0]), c(g.AddMessage[1])}, lockRow: c(g.LockRow),
 		addProbe: [2]dialect.Query{c(g.AddProbe[0]), c(g.AddProbe[1])},
-		addBatch: [2]dialect.Query{c(g.AddBatch[0]), c(g.AddBatch[1])},
+		addBatch: [3]dialect.Query{c(g.AddBatch[0]), c(g.AddBatch[1]), c(g.AddBatch[2])},
 		addInPlace: [2][2]dialect.Query{{c(g.AddInPlace[0][0]), c(g.AddInPlace[0][1])},
 			{c(g.AddInPlace[1][0]), c(g.AddInPlace[1][1])}},
 		addSummary: [2]dialect.Query{c(g.AddSummary[0]), c(g.AddSummary[1])},

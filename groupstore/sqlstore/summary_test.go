@@ -147,3 +147,56 @@ func TestAddProbeOnATableWithoutTheSummaryColumnsReadsTheMessages(t *testing.T) 
 		}
 	})
 }
+
+// A group commit's AddBatch keeps the summaries of its groups as the Add
+// alone does.
+func TestABatchOfProbingAddsKeepsTheGroupsSummaries(t *testing.T) {
+	testdb.ForEachWhere(t, func(b testdb.Backend) bool { return b.Dialect == jdbc.Postgres }, func(t *testing.T, db testdb.Backend) {
+		region := testdb.RandomRegion()
+		gate := newGateDB(db.DB)
+		s := newStore(t, gate, sqlstore.Config{GroupCommit: 1, Region: region})
+		addProbe(t, s, "k", seqMessage("m1", "1", "3"), probeFor(1, 3), groupstore.Added)
+		p2, p1 := probeFor(2, 3), probeFor(1, 3)
+		calls := []*addCall{{key: "k", msg: seqMessage("m2", "2", "3"), probe: &p2}, {key: "k2", msg: seqMessage("n1", "1", "3"), probe: &p1}}
+		batched(t, s, gate, calls...)
+		for _, c := range calls {
+			if c.err != nil || c.outcome != groupstore.Added || !c.fits {
+				t.Fatalf("batched AddProbe %s = %v, fits %v, %v; want Added, a fit", c.msg.UUID, c.outcome, c.fits, c.err)
+			}
+		}
+		if n := gate.shared.Load(); n != 1 {
+			t.Fatalf("%d shared statements, want 1", n)
+		}
+		for _, key := range []string{"k", "k2"} {
+			if !summaryKept(t, db, region, key) {
+				t.Errorf("group %s has no summary after the batch", key)
+			}
+		}
+		if addProbe(t, s, "k", seqMessage("m3", "2", "3"), probeFor(2, 3), groupstore.Added) {
+			t.Error("a second message numbered 2 fits the summary that the batch kept")
+		}
+		if !addProbe(t, s, "k2", seqMessage("n2", "2", "3"), probeFor(2, 3), groupstore.Added) {
+			t.Error("a new number does not fit the summary that the batch made")
+		}
+	})
+}
+
+func TestABatchOfProbingAddsOnATableWithoutTheSummaryColumnsRunsThemAlone(t *testing.T) {
+	testdb.ForEachWhere(t, func(b testdb.Backend) bool { return b.Dialect == jdbc.Postgres }, func(t *testing.T, db testdb.Backend) {
+		prefix := ownTables(t, db.DB, sqlstore.Config{}).Prefix
+		db.Exec(t, `ALTER TABLE `+prefix+`GROUP DROP COLUMN PROBE_VERSION, DROP COLUMN PROBE_KEYS, DROP COLUMN PROBE_UNIQUE, DROP COLUMN PROBE_SAME`)
+		gate := newGateDB(db.DB)
+		s := newStore(t, gate, sqlstore.Config{GroupCommit: 1, Prefix: prefix})
+		p2, p1 := probeFor(2, 3), probeFor(1, 3)
+		calls := []*addCall{{key: "k", msg: seqMessage("m2", "2", "3"), probe: &p2}, {key: "k2", msg: seqMessage("n1", "1", "3"), probe: &p1}}
+		batched(t, s, gate, calls...)
+		for _, c := range calls {
+			if c.err != nil || c.outcome != groupstore.Added || !c.fits {
+				t.Errorf("batched AddProbe %s = %v, fits %v, %v; want Added, a fit", c.msg.UUID, c.outcome, c.fits, c.err)
+			}
+		}
+		if addProbe(t, s, "k", seqMessage("m3", "2", "3"), probeFor(2, 3), groupstore.Added) {
+			t.Error("a second message numbered 2 fits")
+		}
+	})
+}

@@ -95,16 +95,19 @@ type GroupSQL struct {
 	ProbeAfter string
 	// AddBatch, where set (PostgreSQL), is AddMessage for several
 	// messages of distinct groups in one statement, without and with the
-	// probes of AddProbe. :rows is a JSON array of one object per message,
-	// {"n", "group_key", "correlation_key", "group_id", "message_key",
-	// "message_id", "metadata", "payload" (base64), "due" and "timeout" (true and microseconds for a
-	// timeout),
-	// and for the probe "unique_key", "unique", "same_key", "same"}; it
+	// probes of AddProbe, and with them keeping the probe summaries of
+	// script 000008 (see AddSummary) of the rows with a "probe_keys".
+	// :rows is a JSON array of one object per message, {"n", "group_key",
+	// "correlation_key", "group_id", "message_key", "message_id",
+	// "metadata", "payload" (base64), "due" and "timeout" (true and
+	// microseconds for a timeout), and for the probe "unique_key",
+	// "unique", "same_key", "same", "probe_keys" (AddSummary's
+	// :probe_keys, or absent)}; it
 	// returns N, GroupColumns, ADDED (and FITS) per message, in the order
 	// of n. It locks the existing groups' rows in the order of their keys
 	// and creates the new ones in that order too, so that two such
 	// statements cannot deadlock.
-	AddBatch [2]string
+	AddBatch [3]string
 	// LockRow locks the row of the group :group_key for the transaction,
 	// if there is one: a SELECT ... FOR UPDATE, or on SQLite a write that
 	// changes nothing, which takes the database's write lock.
@@ -330,9 +333,16 @@ func fitsOfParams(version, added string) string {
 // group the same locks, writes and reads, so the same outcomes. l looks
 // each group up in a LATERAL subquery, a nested loop in key order whatever
 // the statistics say (an IN leaves the join's method to them, and the
-// benchmark on a fresh database ran slower with it).
-func addBatch(probe bool) string {
-	const probeCols = `, unique_key TEXT, "unique" BIGINT, same_key TEXT, same BIGINT`
+// benchmark on a fresh database ran slower with it). With summary (and
+// probe) it also keeps the probe summaries of its groups (see addSummary)
+// for the rows whose probe_keys is set: a new group's is its message's
+// values, a kept one gets them appended, and another is dropped; FITS
+// still reads the messages.
+func addBatch(probe, summary bool) string {
+	probeCols := `, unique_key TEXT, "unique" BIGINT, same_key TEXT, same BIGINT`
+	if summary {
+		probeCols += `, probe_keys TEXT`
+	}
 	cols := `n INT, group_key CHAR(36), correlation_key TEXT, group_id CHAR(36), message_key CHAR(36), message_id TEXT, ` +
 		`metadata TEXT, payload TEXT, due BOOLEAN, timeout BIGINT`
 	fits := ""
@@ -341,6 +351,17 @@ func addBatch(probe bool) string {
 		fits = `, ` + fitsOf(`g.VERSION`, `a.group_key`, `a.added`, `a.unique_key`, `a."unique"`, `a.same_key`, `a.same`, `a.message_key`) + ` AS FITS`
 	}
 	due := `CASE WHEN due THEN {now} + timeout * INTERVAL '1 microsecond' END`
+	sumCols, sumVals, sumSet := "", "", ""
+	if summary {
+		kept := `t.PROBE_VERSION = t.VERSION AND t.PROBE_KEYS = excluded.PROBE_KEYS AND t.MESSAGE_COUNT < ` + strconv.Itoa(SummaryCap)
+		sumCols = `, PROBE_VERSION, PROBE_KEYS, PROBE_UNIQUE, PROBE_SAME`
+		sumVals = `, CASE WHEN probe_keys IS NOT NULL THEN added END, probe_keys, ARRAY["unique"], same`
+		sumSet = `, PROBE_KEYS = excluded.PROBE_KEYS, PROBE_VERSION = CASE WHEN ` + kept + ` THEN t.VERSION + excluded.VERSION END, ` +
+			`PROBE_UNIQUE = CASE WHEN ` + kept + ` THEN CASE WHEN excluded.VERSION > 0 THEN t.PROBE_UNIQUE || excluded.PROBE_UNIQUE ` +
+			`ELSE t.PROBE_UNIQUE END END, ` +
+			`PROBE_SAME = CASE WHEN ` + kept + ` THEN CASE WHEN excluded.VERSION = 0 THEN t.PROBE_SAME ` +
+			`WHEN cardinality(t.PROBE_UNIQUE) = 0 OR t.PROBE_SAME = excluded.PROBE_SAME THEN excluded.PROBE_SAME END END`
+	}
 	fresh := `excluded.VERSION > 0 AND excluded.DUE_AT IS NOT NULL`
 	return `WITH i AS (SELECT * FROM json_to_recordset(CAST(:rows AS JSON)) AS r(` + cols + `)), ` +
 		`l AS (SELECT r.GROUP_KEY, r.COMPLETE, r.LAST_POSITION FROM (SELECT group_key FROM i ORDER BY group_key) k CROSS JOIN LATERAL ` +
@@ -351,14 +372,14 @@ func addBatch(probe bool) string {
 		`ON CONFLICT (GROUP_KEY, REGION, MESSAGE_KEY) DO NOTHING RETURNING GROUP_KEY), ` +
 		`a AS (SELECT i.*, (SELECT COUNT(*) FROM m WHERE m.GROUP_KEY = i.group_key) AS added FROM i), ` +
 		`g AS (INSERT INTO {prefix}GROUP AS t (GROUP_KEY, REGION, CORRELATION_KEY, GROUP_ID, COMPLETE, LAST_RELEASED_SEQUENCE, ` +
-		`RELEASES, MESSAGE_COUNT, LAST_POSITION, VERSION, CREATED_DATE, UPDATED_DATE, DUE_AT) ` +
-		`SELECT group_key, :region, correlation_key, group_id, 0, 0, 0, added, added, added, {now}, {now}, ` + due + ` FROM a ORDER BY group_key ` +
+		`RELEASES, MESSAGE_COUNT, LAST_POSITION, VERSION, CREATED_DATE, UPDATED_DATE, DUE_AT` + sumCols + `) ` +
+		`SELECT group_key, :region, correlation_key, group_id, 0, 0, 0, added, added, added, {now}, {now}, ` + due + sumVals + ` FROM a ORDER BY group_key ` +
 		`ON CONFLICT (GROUP_KEY, REGION) DO UPDATE SET MESSAGE_COUNT = t.MESSAGE_COUNT + excluded.MESSAGE_COUNT, ` +
 		`LAST_POSITION = t.LAST_POSITION + excluded.LAST_POSITION, VERSION = t.VERSION + excluded.VERSION, ` +
 		`UPDATED_DATE = CASE WHEN excluded.VERSION > 0 THEN {now} ELSE t.UPDATED_DATE END, ` +
 		`DUE_AT = CASE WHEN ` + fresh + ` THEN excluded.DUE_AT ELSE t.DUE_AT END, ` +
-		`CLAIMED_UNTIL = CASE WHEN ` + fresh + ` THEN NULL ELSE t.CLAIMED_UNTIL END ` +
-		`RETURNING t.GROUP_KEY, ` + GroupColumns + `) ` +
+		`CLAIMED_UNTIL = CASE WHEN ` + fresh + ` THEN NULL ELSE t.CLAIMED_UNTIL END` + sumSet +
+		` RETURNING t.GROUP_KEY, ` + GroupColumns + `) ` +
 		`SELECT a.n, g.` + strings.ReplaceAll(GroupColumns, ", ", ", g.") + `, a.added` + fits +
 		` FROM a JOIN g ON g.GROUP_KEY = a.group_key ORDER BY a.n`
 }

@@ -163,7 +163,7 @@ var Postgres = register(&Dialect{
 		AddSummary:    [2]string{addSummary(false), addSummary(true)},
 		Summarize:     summarize(),
 		ProbeAfter:    `SELECT ` + fitsOfParams(`CAST(:version AS BIGINT)`, `0`),
-		AddBatch:      [2]string{addBatch(false), addBatch(true)},
+		AddBatch:      [3]string{addBatch(false, false), addBatch(true, false), addBatch(true, true)},
 		LockRow:       lockRowForUpdate,
 		LockGet:       lockGet,
 		UpdateWith:    true,
