@@ -397,14 +397,17 @@ func (r *Repository) expire(e *entry) {
 const revokeTimeout = 5 * time.Second
 
 // revokeLater revokes lease in the background, reporting failures other
-// than a lease already gone to the error handler. Close waits for it.
+// than a lease already gone to the error handler. Close waits for it; a
+// revocation that a hold starts after Close ends, at the latest, when the
+// client is closed (the client's context), not after its retries for
+// revokeTimeout against a cluster that may be gone.
 func (r *Repository) revokeLater(lease clientv3.LeaseID) {
 	r.bg.add()
 	go func() {
 		defer r.bg.done()
-		ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+		ctx, cancel := context.WithTimeout(r.c.Ctx(), revokeTimeout)
 		defer cancel()
-		if err := r.revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		if err := r.revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) && r.c.Ctx().Err() == nil {
 			r.cfg.onError(r.wrap(ctx, "etcdlock: revoking a lease in the background", err))
 		}
 	}()
