@@ -582,14 +582,19 @@ func cache(ctx context.Context, e *env, c contestant, cfg config) (result, error
 		return res, err
 	}
 	in.close()
-	// Second pass: memory.
+	// Second pass: memory. Two collections before each reading: the
+	// first leaves sync.Pool's victim caches live, and the second frees
+	// them, so that pooled buffers of earlier work do not count (the
+	// difference came out negative under load).
 	var m0, m1 runtime.MemStats
+	runtime.GC()
 	runtime.GC()
 	runtime.ReadMemStats(&m0)
 	reg, in, _, err := obtainAll()
 	if err != nil {
 		return res, err
 	}
+	runtime.GC()
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
 	runtime.KeepAlive(reg)
