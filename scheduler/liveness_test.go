@@ -88,8 +88,10 @@ func TestACompletionAfterTheExecutionWasTakenIsRefusedAndTheHandlerIsCancelled(t
 		s := start(t, b, cfg)
 		s.Schedule(ctxb, scheduler.Instance{Task: "job", ID: "1"}, time.Now())
 		e := receive(t, bl.started, "start")
-		// Another node revives it (version + 1) and holds it elsewhere.
-		b.Exec(t, `UPDATE `+cfg.Table+` SET picked = true, picked_by = 'other', version = version + 1`)
+		// Another node revives it (version + 1) and holds it elsewhere, alive:
+		// its heartbeat a minute ahead keeps this scheduler's dead check (six
+		// missed 50 ms heartbeats) from reviving it again while the test looks.
+		b.Exec(t, `UPDATE `+cfg.Table+` SET picked = true, picked_by = 'other', version = version + 1, last_heartbeat = `+ago(b, -time.Minute))
 		if cause := receive(t, bl.causes, "cancellation"); !errors.Is(cause, scheduler.ErrLost) {
 			t.Fatalf("cause %v, want ErrLost", cause)
 		}
