@@ -11,10 +11,12 @@ import "strconv"
 // more unreleased messages has none (see AddSummary).
 const SummaryCap = 256
 
-// The probe values of AddSummary's message.
+// The probe values of the statement's own message, and the probe's keys.
 const (
-	ownUnique = `CAST(:unique AS BIGINT)`
-	ownSame   = `CAST(:same AS BIGINT)`
+	ownUnique    = `CAST(:unique AS BIGINT)`
+	ownSame      = `CAST(:same AS BIGINT)`
+	ownUniqueKey = `CAST(:unique_key AS TEXT)`
+	ownSameKey   = `CAST(:same_key AS TEXT)`
 )
 
 // addSummary returns PostgreSQL's GroupSQL.AddSummary: inPlace, which
@@ -55,7 +57,7 @@ func addSummary(due bool) string {
 // is its size.
 func summarize() string {
 	unreleased := func(col string) string {
-		return `SELECT ` + col + ` FROM {prefix}GROUP_MESSAGE o ` + probed(`CAST(:unique_key AS TEXT)`, `CAST(:same_key AS TEXT)`) +
+		return `SELECT ` + col + ` FROM {prefix}GROUP_MESSAGE o ` + probed(ownUniqueKey, ownSameKey) +
 			` WHERE o.GROUP_KEY = :group_key AND o.REGION = :region AND o.RELEASED = 0`
 	}
 	return `UPDATE {prefix}GROUP SET PROBE_KEYS = :probe_keys, PROBE_VERSION = VERSION, ` +
@@ -81,8 +83,7 @@ func fitsOf(version, groupKey, added, uniqueKey, unique, sameKey, same, messageK
 // fitsOfParams is fitsOf for the one message of the statement's
 // parameters.
 func fitsOfParams(version, added string) string {
-	return fitsOf(version, `:group_key`, added, `CAST(:unique_key AS TEXT)`, `CAST(:unique AS BIGINT)`,
-		`CAST(:same_key AS TEXT)`, `CAST(:same AS BIGINT)`, `:message_key`)
+	return fitsOf(version, `:group_key`, added, ownUniqueKey, ownUnique, ownSameKey, ownSame, `:message_key`)
 }
 
 // probed joins each message o of a probe with v, its metadata values under
