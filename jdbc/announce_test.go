@@ -45,12 +45,8 @@ func TestAWaiterWokenByAHandOffTakesTheLeaseWithoutAStatement(t *testing.T) {
 		region := randomRegion()
 		holder := longPlacesRepo(t, db, region, l)
 		waiter, g, woken := announcedWaiter(t, db, region, l)
-		if _, ok, err := holder.Acquire(ctx, "k", longTTL); err != nil || !ok {
-			t.Fatalf("Acquire = %v, %v", ok, err)
-		}
-		if _, ok, err := waiter.AcquireOrWait(ctx, "k", longTTL); err != nil || ok {
-			t.Fatalf("AcquireOrWait of the held lease = %v, %v; want false, nil (queued)", ok, err)
-		}
+		mustAcquire(t, holder, "k", longTTL)
+		mustQueue(t, waiter, "k", longTTL)
 		if err := holder.Release(ctx, "k"); err != nil {
 			t.Fatal(err)
 		}
@@ -80,12 +76,8 @@ func TestAnAnnouncementNoNewerThanTheWaitersQueueStatementIsCheckedOnTheRow(t *t
 		region := randomRegion()
 		holder := longPlacesRepo(t, db, region, l)
 		waiter, g, _ := announcedWaiter(t, db, region, l)
-		if _, ok, err := holder.Acquire(ctx, "k", longTTL); err != nil || !ok {
-			t.Fatalf("Acquire = %v, %v", ok, err)
-		}
-		if _, ok, err := waiter.AcquireOrWait(ctx, "k", longTTL); err != nil || ok {
-			t.Fatalf("AcquireOrWait of the held lease = %v, %v; want false, nil (queued)", ok, err)
-		}
+		mustAcquire(t, holder, "k", longTTL)
+		mustQueue(t, waiter, "k", longTTL)
 		// A late announcement of an earlier hand-off to the waiter has a
 		// token no greater than the one its queue statement found.
 		row, _ := db.Lease(t, table, region, jdbc.UUIDKey("k"))
@@ -111,23 +103,17 @@ func TestAHandedLeaseRunsFromWhenTheReleaseGotTheRowNotFromWhenItBegan(t *testin
 		first := longPlacesRepo(t, db, region, l)
 		holder := longPlacesRepo(t, db, region, l)
 		waiter := longPlacesRepo(t, db, region, l)
-		if _, ok, err := first.Acquire(ctx, "k", longTTL); err != nil || !ok {
-			t.Fatalf("Acquire = %v, %v", ok, err)
-		}
+		mustAcquire(t, first, "k", longTTL)
 		// The holder's lease is a handed one, so its release goes
 		// straight to the hand-off statement.
-		if _, ok, err := holder.AcquireOrWait(ctx, "k", longTTL); err != nil || ok {
-			t.Fatalf("AcquireOrWait = %v, %v; want queued", ok, err)
-		}
+		mustQueue(t, holder, "k", longTTL)
 		if err := first.Release(ctx, "k"); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok, err := holder.HandedLease(ctx, "k"); err != nil || !ok {
 			t.Fatalf("HandedLease = %v, %v; want the handed lease", ok, err)
 		}
-		if _, ok, err := waiter.AcquireOrWait(ctx, "k", longTTL); err != nil || ok {
-			t.Fatalf("AcquireOrWait = %v, %v; want queued", ok, err)
-		}
+		mustQueue(t, waiter, "k", longTTL)
 
 		// Another statement writes the row, as a queue statement does, and
 		// holds it while the release begins.
@@ -178,12 +164,8 @@ func TestAnAnnouncementWithoutTheLeaseWakesTheWaiterWhoReadsTheRow(t *testing.T)
 		region := randomRegion()
 		holder := longPlacesRepo(t, db, region, l)
 		waiter, g, woken := announcedWaiter(t, db, region, l)
-		if _, ok, err := holder.Acquire(ctx, "k", longTTL); err != nil || !ok {
-			t.Fatalf("Acquire = %v, %v", ok, err)
-		}
-		if _, ok, err := waiter.AcquireOrWait(ctx, "k", longTTL); err != nil || ok {
-			t.Fatalf("AcquireOrWait of the held lease = %v, %v; want false, nil (queued)", ok, err)
-		}
+		mustAcquire(t, holder, "k", longTTL)
+		mustQueue(t, waiter, "k", longTTL)
 		jdbc.Announce(waiter, jdbc.UUIDKey("k")+" "+waiter.ClientID())
 		awaitWake(t, woken)
 		before := g.count(handedSelect)

@@ -422,12 +422,8 @@ func TestAReleaseOfALeaseTakenDirectlyHandsItToAQueuedWaiter(t *testing.T) {
 		holder := longPlacesRepo(t, db, region, l)
 		waiter := longPlacesRepo(t, db, region, l)
 		ctx := t.Context()
-		if _, ok, err := holder.Acquire(ctx, "k", longTTL); err != nil || !ok {
-			t.Fatalf("Acquire = %v, %v", ok, err)
-		}
-		if _, ok, err := waiter.AcquireOrWait(ctx, "k", longTTL); err != nil || ok {
-			t.Fatalf("AcquireOrWait of the held lease = %v, %v; want false, nil (queued)", ok, err)
-		}
+		mustAcquire(t, holder, "k", longTTL)
+		mustQueue(t, waiter, "k", longTTL)
 		if err := holder.Release(ctx, "k"); err != nil {
 			t.Fatal(err)
 		}

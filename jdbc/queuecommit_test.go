@@ -44,9 +44,7 @@ func TestAQueuedPlaceCommitsAsynchronouslyAndATakenLeaseDurably(t *testing.T) {
 			return got
 		}
 
-		if _, ok, err := holder.Acquire(ctx, "k", longTTL); err != nil || !ok {
-			t.Fatalf("Acquire = %v, %v", ok, err)
-		}
+		mustAcquire(t, holder, "k", longTTL)
 		got := inTx(func() {
 			if _, ok, err := waiter.AcquireOrWait(ctx, "k", longTTL); err != nil || ok {
 				t.Fatalf("AcquireOrWait of the held lease = %v, %v; want false, nil (queued)", ok, err)

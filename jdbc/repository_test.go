@@ -49,6 +49,15 @@ func mustAcquire(t testing.TB, repo *jdbc.LockRepository, key string, ttl time.D
 	}
 }
 
+// mustQueue calls AcquireOrWait on a lease another client holds: it must
+// report false, the caller queued.
+func mustQueue(t testing.TB, repo *jdbc.LockRepository, key string, ttl time.Duration) {
+	t.Helper()
+	if _, ok, err := repo.AcquireOrWait(context.Background(), key, ttl); err != nil || ok {
+		t.Fatalf("AcquireOrWait(%.40q) of the held lease = %v, %v; want false, nil (queued)", key, ok, err)
+	}
+}
+
 func mustNotAcquire(t testing.TB, repo *jdbc.LockRepository, key string, ttl time.Duration) {
 	t.Helper()
 	if acquire(t, repo, key, ttl) {
