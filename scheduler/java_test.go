@@ -153,7 +153,9 @@ func TestGoRevivesAJavaExecutionWhoseNodeDied(t *testing.T) {
 	testdb.ForEach(t, func(t *testing.T, b testdb.Backend) {
 		r := newRuns()
 		cfg := newTable(t, b, recorder("t", r))
-		cfg.HeartbeatInterval, cfg.MissedHeartbeats = 50*time.Millisecond, 2
+		// Dead after 5 s: far below the dead row's hour, far above what a loaded
+		// machine delays this scheduler's own heartbeats (at 100 ms it revived them).
+		cfg.HeartbeatInterval, cfg.MissedHeartbeats = 50*time.Millisecond, 100
 		// A Java node whose clock reads an hour ago picks it (S4) and dies
 		// in the handler, before its completion.
 		j := javaNode(b, cfg, "java-dead", nil, false)

@@ -16,7 +16,9 @@ func TestADeadExecutionIsRevivedByTheDatabasesClockAndRunsAgain(t *testing.T) {
 		seen := make(chan *scheduler.Execution, 10)
 		task := scheduler.OneTime("job", func(ctx context.Context, e *scheduler.Execution) error { seen <- e; return nil })
 		cfg := newTable(t, b, task)
-		cfg.HeartbeatInterval, cfg.MissedHeartbeats = 50*time.Millisecond, 2
+		// Dead after 5 s: far below the dead row's hour, far above what a loaded
+		// machine delays this scheduler's own heartbeats (at 100 ms it revived them).
+		cfg.HeartbeatInterval, cfg.MissedHeartbeats = 50*time.Millisecond, 100
 		c := newClient(t, b, cfg)
 		c.Schedule(ctxb, scheduler.Instance{Task: "job", ID: "1"}, time.Now())
 		// A node that died an hour ago by the database's clock, 3 picks in.
@@ -215,7 +217,9 @@ func TestAReviveSkipsARowAnotherTransactionHoldsAndHeartbeatsGoOn(t *testing.T) 
 	testdb.ForEachWhere(t, hasRowLocks, func(t *testing.T, b testdb.Backend) {
 		bl := newBlocker()
 		cfg := newTable(t, b, bl.task("job"))
-		cfg.HeartbeatInterval, cfg.MissedHeartbeats = 50*time.Millisecond, 2
+		// Dead after 5 s: far below the dead row's hour, far above what a loaded
+		// machine delays this scheduler's own heartbeats (at 100 ms it revived them).
+		cfg.HeartbeatInterval, cfg.MissedHeartbeats = 50*time.Millisecond, 100
 		c := newClient(t, b, cfg)
 		c.Schedule(ctxb, scheduler.Instance{Task: "job", ID: "held"}, time.Now())
 		// Dead by the database's clock, and held by a transaction of a node
