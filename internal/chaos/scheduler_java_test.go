@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,15 +140,22 @@ func newJavaNode(d jdbc.Dialect, db *sql.DB, table, name string, zone *time.Loca
 
 // killHolding kills process i (picked_by name) with SIGKILL if it holds
 // executions, and returns the executions it held when it died and
-// whether it killed it.
+// whether it killed it. It stops the process with SIGSTOP first and reads
+// what it holds once the statements it sent have ended, so that a run
+// completing between the read and the kill (its handler takes 50 ms, a
+// loaded machine's read can take longer) cannot leave the kill holding
+// nothing; a process found holding nothing is resumed.
 func (c *schedCluster) killHolding(i int, name string) ([]*scheduler.Execution, bool) {
 	c.t.Helper()
 	holds := func(e *scheduler.Execution) bool { return e.PickedBy == name }
 	if !slices.ContainsFunc(c.list(scheduler.Filter{State: scheduler.Picked}), holds) {
-		return nil, false
+		return nil, false // not worth stopping it
 	}
-	c.kill(i)
-	// Let statements it sent before it died end on the server.
+	p := c.proc(i)
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		c.t.Fatal(err)
+	}
+	// Let statements it sent before it stopped end on the server.
 	time.Sleep(200 * time.Millisecond)
 	var held []*scheduler.Execution
 	for _, e := range c.list(scheduler.Filter{State: scheduler.Picked}) {
@@ -155,6 +163,13 @@ func (c *schedCluster) killHolding(i int, name string) ([]*scheduler.Execution, 
 			held = append(held, e)
 		}
 	}
+	if len(held) == 0 {
+		if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			c.t.Fatal(err)
+		}
+		return nil, false
+	}
+	c.kill(i)
 	return held, true
 }
 
