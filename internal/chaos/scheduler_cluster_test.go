@@ -361,6 +361,24 @@ func (c *schedCluster) kill(i int) {
 	<-p.done
 }
 
+// freeze stops process i with SIGSTOP and returns the executions picked by
+// name once the statements it sent before it stopped have ended on the
+// server: from then on nothing the process does changes them.
+func (c *schedCluster) freeze(i int, name string) []*scheduler.Execution {
+	c.t.Helper()
+	if err := c.proc(i).cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		c.t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	var held []*scheduler.Execution
+	for _, e := range c.list(scheduler.Filter{State: scheduler.Picked}) {
+		if e.PickedBy == name {
+			held = append(held, e)
+		}
+	}
+	return held
+}
+
 // pause pauses process i with SIGSTOP for three dead-execution timeouts
 // and resumes it; it returns the executions it held, or nil (it is
 // resumed at once) when it held none. Those no open transaction of the
@@ -370,20 +388,8 @@ func (c *schedCluster) kill(i int) {
 // session).
 func (c *schedCluster) pause(i int) []*scheduler.Execution {
 	c.t.Helper()
-	p := c.proc(i)
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		c.t.Fatal(err)
-	}
-	defer p.cmd.Process.Signal(syscall.SIGCONT)
-	// Let statements it sent before it stopped end on the server.
-	time.Sleep(200 * time.Millisecond)
-	name := fmt.Sprintf("chaos-sched-%d", i)
-	var held []*scheduler.Execution
-	for _, e := range c.list(scheduler.Filter{State: scheduler.Picked}) {
-		if e.PickedBy == name {
-			held = append(held, e)
-		}
-	}
+	held := c.freeze(i, fmt.Sprintf("chaos-sched-%d", i))
+	defer c.proc(i).cmd.Process.Signal(syscall.SIGCONT)
 	if len(held) == 0 {
 		return nil
 	}

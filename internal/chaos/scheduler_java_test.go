@@ -151,20 +151,9 @@ func (c *schedCluster) killHolding(i int, name string) ([]*scheduler.Execution, 
 	if !slices.ContainsFunc(c.list(scheduler.Filter{State: scheduler.Picked}), holds) {
 		return nil, false // not worth stopping it
 	}
-	p := c.proc(i)
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		c.t.Fatal(err)
-	}
-	// Let statements it sent before it stopped end on the server.
-	time.Sleep(200 * time.Millisecond)
-	var held []*scheduler.Execution
-	for _, e := range c.list(scheduler.Filter{State: scheduler.Picked}) {
-		if holds(e) {
-			held = append(held, e)
-		}
-	}
+	held := c.freeze(i, name)
 	if len(held) == 0 {
-		if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		if err := c.proc(i).cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			c.t.Fatal(err)
 		}
 		return nil, false
