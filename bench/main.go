@@ -144,7 +144,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs.IntVar(&cfg.sqliteWorkers, "sqlite-workers", 4, "aggregator, resequencer: worker goroutines of the sqlite-1 variant")
 	fs.StringVar(&cfg.groupLockKind, "group-lock", "store", "aggregator, resequencer: the SQL variants' group lock: store (the group row's, in the store's transactions: Config.Locks nil) or registry (a lease in the lock table: Config.Locks a registry)")
 	fs.IntVar(&cfg.lockGroupCommit, "lock-group-commit", 0, "lockreg contestants: jdbc.WithGroupCommit (0: the repository's default, -1: off)")
-	fs.IntVar(&cfg.rounds, "rounds", 1, "lock scenarios, aggregator, resequencer, scheduler: run each scenario this many times, every contestant (variant) once per round in turn, and report each one's median round by ops/s (a failed round, else the round with the most violations, if any has some, is reported instead)")
+	fs.IntVar(&cfg.rounds, "rounds", 1, "lock scenarios, aggregator, resequencer, scheduler: run each scenario this many times, every contestant (variant) once per round in turn, the order rotated by one each round (the lock scenarios' and aggregator's and resequencer's; the scheduler's stays), and report each one's median round by ops/s (a failed round, else the round with the most violations, if any has some, is reported instead)")
 	fs.IntVar(&cfg.schedBacklog, "scheduler-backlog", 0, "scheduler: due executions pre-inserted and drained by each contestant (default 100000, 5000 with -quick)")
 	schedOnly := fs.String("scheduler-only", "", "scheduler: comma-separated contestants (default all): "+strings.Join(schedNames(), ","))
 	schedModes := fs.String("scheduler-modes", "", "scheduler: comma-separated modes (default all): "+strings.Join(allModes, ","))
@@ -284,8 +284,8 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		if !want(s) && !(s == "contended" && want("safety")) {
 			continue
 		}
-		for range cfg.rounds {
-			lockRound(ctx, e, cfg, s, want, keep)
+		for round := range cfg.rounds {
+			lockRound(ctx, e, cfg, s, round, want, keep)
 		}
 		flush()
 	}
@@ -294,19 +294,18 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		if !want(s) {
 			continue
 		}
-		for range cfg.rounds {
-			for _, v := range groupVariants {
-				if !slices.Contains(cfg.variants, v.name) {
-					continue
-				}
-				r, err := groupRun(ctx, e, s, v, cfg)
-				if err != nil {
-					r.Skipped = "failed: " + err.Error()
-				}
-				keep(r)
+		var runs []func() (result, error) // the variants, then their floors
+		for _, v := range groupVariants {
+			if slices.Contains(cfg.variants, v.name) {
+				runs = append(runs, func() (result, error) { return groupRun(ctx, e, s, v, cfg) })
 			}
-			for _, f := range groupFloorsFor(cfg) { // floors.go
-				r, err := floorGroupRun(ctx, e, s, f, cfg)
+		}
+		for _, f := range groupFloorsFor(cfg) { // floors.go
+			runs = append(runs, func() (result, error) { return floorGroupRun(ctx, e, s, f, cfg) })
+		}
+		for round := range cfg.rounds {
+			for _, run := range rotate(runs, round) { // rounds.go
+				r, err := run()
 				if err != nil {
 					r.Skipped = "failed: " + err.Error()
 				}

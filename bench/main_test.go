@@ -317,6 +317,22 @@ func TestARoundsContestantIsItsMedianRound(t *testing.T) {
 	}
 }
 
+func TestEachRoundStartsOneContestantLaterSoThatEachRunsInEveryPlace(t *testing.T) {
+	cs := []string{"a", "b", "c"}
+	want := [][]string{{"a", "b", "c"}, {"b", "c", "a"}, {"c", "a", "b"}, {"a", "b", "c"}}
+	for round, w := range want {
+		if got := rotate(cs, round); !slices.Equal(got, w) {
+			t.Errorf("round %d: order %v, want %v", round, got, w)
+		}
+	}
+	if !slices.Equal(cs, []string{"a", "b", "c"}) {
+		t.Errorf("rotate changed its argument: %v", cs)
+	}
+	if got := rotate([]string(nil), 1); len(got) != 0 {
+		t.Errorf("rotate of none = %v", got)
+	}
+}
+
 func TestAFailedRoundIsReportedNotOutvoted(t *testing.T) {
 	failed := result{Scenario: "parallel", Contestant: "c", Skipped: "failed: boom"}
 	ok := result{Scenario: "parallel", Contestant: "c", OpsPerSec: fp(100)}

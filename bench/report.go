@@ -58,7 +58,7 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 		mode = "-quick"
 	}
 	if cfg.rounds > 1 {
-		mode += fmt.Sprintf(", %d interleaved rounds of the lock, aggregator, resequencer and scheduler scenarios (each contestant's or variant's median round; safety: its worst)", cfg.rounds)
+		mode += fmt.Sprintf(", %d interleaved rounds of the lock, aggregator, resequencer and scheduler scenarios (the order rotated each round but the scheduler's; each contestant's or variant's median round; safety: its worst)", cfg.rounds)
 	}
 	fmt.Fprintf(w, "| Run | %s: %v warm-up + %v measured per scenario and contestant; pools MaxOpen = MaxIdle = 4 per instance (%d in parallel); contended: %d instances, hold %v; "+
 		"aggregator, resequencer: workers memory %d, postgres-1 %d, postgres-4 %d per instance, pool %s per instance, listener %v, shuffle blocks of %d groups%s; whole run %v |\n\n",

@@ -6,8 +6,10 @@ import (
 )
 
 // lockRound runs lock scenario s (contended also gives safety) once for
-// every contestant of cfg, in their order, and passes each result to keep.
-func lockRound(ctx context.Context, e *env, cfg config, s string, want func(string) bool, keep func(result)) {
+// every contestant of cfg, in their order rotated by round (see rotate),
+// and passes each result to keep.
+func lockRound(ctx context.Context, e *env, cfg config, s string, round int, want func(string) bool, keep func(result)) {
+	var cs []contestant
 	for _, c := range contestants {
 		if !slices.Contains(cfg.only, c.name) {
 			continue
@@ -15,6 +17,9 @@ func lockRound(ctx context.Context, e *env, cfg config, s string, want func(stri
 		if (s == "contended" && !c.isLock) || (s == "cache" && !c.lockreg) || (c.only != "" && c.only != s) {
 			continue
 		}
+		cs = append(cs, c)
+	}
+	for _, c := range rotate(cs, round) {
 		if err := e.unavailable(c); err != nil {
 			for _, sc := range []string{s, "safety"} {
 				if want(sc) && (sc == s || s == "contended") {
@@ -53,6 +58,20 @@ func lockRound(ctx context.Context, e *env, cfg config, s string, want func(stri
 		}
 		keep(r)
 	}
+}
+
+// rotate returns s started at its element round mod len(s), the rest in
+// order after it and then the ones before: in n rounds each contestant
+// runs once in each place of the order, so that what a place brings (the
+// first after another scenario's writes, the autovacuum of the run before,
+// a checkpoint's full-page writes) falls on every contestant alike rather
+// than always on the same one.
+func rotate[T any](s []T, round int) []T {
+	if len(s) == 0 {
+		return s
+	}
+	k := round % len(s)
+	return append(slices.Clone(s[k:]), s[:k]...)
 }
 
 // pickRound is the result that stands for a contestant's (or variant's)
