@@ -1,7 +1,10 @@
 package main
 
-// What the report says about the machine and the servers, and the
-// statements' server-side figures (pg_stat_statements) it reads per contestant.
+// What the report says about the machine and the servers, the settings
+// of the benchmark's own database that those facts report
+// (setupDatabaseSettings: synchronous_commit, pg_stat_statements), and the
+// statements' server-side figures (pg_stat_statements) it reads per
+// contestant.
 
 import (
 	"context"
