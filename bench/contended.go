@@ -69,7 +69,7 @@ func contended(ctx context.Context, e *env, c contestant, cfg config) (cont, saf
 					mu.Lock()
 					acqs = append(acqs, a)
 					mu.Unlock()
-					time.Sleep(cfg.hold)
+					holdFor(cfg.hold)
 					holders.Add(-1)
 					unlocking := time.Now()
 					mu.Lock()
@@ -107,6 +107,8 @@ func contended(ctx context.Context, e *env, c contestant, cfg config) (cont, saf
 	slices.SortFunc(acqs, func(a, b *acquisition) int { return a.acquired.Compare(b.acquired) })
 	var (
 		n       int64
+		held    time.Duration // the holds of acquisitions released in the window
+		nHeld   int64
 		perInst = make([]int64, cfg.instances)
 		waits   []time.Duration
 		hands   []time.Duration
@@ -118,6 +120,10 @@ func contended(ctx context.Context, e *env, c contestant, cfg config) (cont, saf
 		}
 		n++
 		perInst[a.inst]++
+		if !a.unlocking.IsZero() {
+			held += a.unlocking.Sub(a.acquired)
+			nHeld++
+		}
 		waits = append(waits, a.acquired.Sub(a.called))
 		if k > 0 {
 			prev := acqs[k-1]
@@ -137,6 +143,9 @@ func contended(ctx context.Context, e *env, c contestant, cfg config) (cont, saf
 	lo, hi := slices.Min(perInst), slices.Max(perInst)
 	if hi > 0 {
 		cont.Fairness = fp(float64(lo) / float64(hi))
+	}
+	if nHeld > 0 {
+		cont.HoldMeanms = ms(held / time.Duration(nHeld))
 	}
 	cont.Handoffs, cont.Early = ip(int64(len(hands))), ip(early)
 	if len(hands) > 0 {

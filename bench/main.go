@@ -123,7 +123,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs.BoolVar(&cfg.quick, "quick", false, "every scenario, shorter (1 s measured, 0.2 s warm-up): within 60 s on 2 cores")
 	fs.DurationVar(&cfg.duration, "duration", 0, "measured time per scenario and contestant (default 5s, 1s with -quick)")
 	fs.DurationVar(&cfg.warmup, "warmup", 0, "warm-up before each measurement (default 1s, 200ms with -quick)")
-	fs.DurationVar(&cfg.hold, "hold", time.Millisecond, "contended: time each holder keeps the lock")
+	fs.DurationVar(&cfg.hold, "hold", time.Millisecond, "contended: time each holder keeps the lock (nanosleep(2) on Linux, not time.Sleep, whose end moves with the process's network events)")
 	fs.IntVar(&cfg.instances, "instances", 4, "contended: instances (separate pools and client ids)")
 	fs.IntVar(&cfg.goroutines, "goroutines", 16, "parallel: goroutines, one key each, on one instance (pool of that size)")
 	fs.IntVar(&cfg.cacheKeys, "cache-keys", 100000, "cache: distinct keys obtained")

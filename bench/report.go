@@ -101,7 +101,7 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 			return strings.Join([]string{f(r.OpsPerSec, 0), ratio(r), f(r.ClientUsPerOp, 0), f(r.ServerUsPerStmt, 1), f(r.StmtsPerOp, 2), f(r.ServerPerOp, 2), i64(r.Retries), i64(r.Errors)}, " | ")
 		})
 	section("contended", fmt.Sprintf("contended: %d instances, 1 key, hold %v", cfg.instances, cfg.hold),
-		"| contestant | acq/s | × floor | cross-instance hand-offs | hand-off p50 / p90 / p99 / max ms | acquisitions per instance | fairness | wait p99 / max ms | stmts/s (client) | stmts/acq | server/acq | errors |",
+		"| contestant | acq/s | × floor | hold mean ms | cross-instance hand-offs | hand-off p50 / p90 / p99 / max ms | acquisitions per instance | fairness | wait p99 / max ms | stmts/s (client) | stmts/acq | server/acq | errors |",
 		func(r result) string {
 			per := make([]string, len(r.PerInst))
 			for i, n := range r.PerInst {
@@ -111,7 +111,7 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 			if r.Early != nil && *r.Early > 0 {
 				hand += fmt.Sprintf(" (%d early)", *r.Early)
 			}
-			return strings.Join([]string{f(r.OpsPerSec, 0), ratio(r), hand,
+			return strings.Join([]string{f(r.OpsPerSec, 0), ratio(r), f(r.HoldMeanms, 3), hand,
 				f(r.HandP50ms, 2) + " / " + f(r.HandP90ms, 2) + " / " + f(r.HandP99ms, 2) + " / " + f(r.HandMaxms, 1),
 				strings.Join(per, " · "), f(r.Fairness, 2), f(r.WaitP99ms, 1) + " / " + f(r.WaitMaxms, 0),
 				f(r.StmtsPerS, 0), f(r.StmtsPerOp, 2), f(r.ServerPerOp, 2), i64(r.Errors)}, " | ")
@@ -150,6 +150,7 @@ func writeMarkdown(w io.Writer, cfg config, facts [][2]string, rs []result, took
 	schedulerSection(section, cfg, rs)
 	statementSection(w, rs)
 	fmt.Fprintln(w, "× floor: ops/s ÷ the durable floor's on the same server in the same run (floor-durable: a cycle as two single-row UPDATE transactions on a dedicated connection; floor-handoff: the release is one UPDATE of the next holder with NOTIFY, the next instance's listener wakes it and it reads the row; floor-add: one transaction of a message INSERT and its group's UPDATE; floor-insert: the INSERT alone; both from as many workers as postgres-4 has in all, sqlite-1's on SQLite).")
+	fmt.Fprintln(w, "hold mean: time from a lock call returning to its holder's unlock call, -hold held by nanosleep(2) on Linux (Go's timers wait in whole milliseconds; see bench/hold_linux.go).")
 	fmt.Fprintln(w, "hand-off: time from the holder calling unlock to the next lock call of a different instance returning; \"early\" hand-offs returned before that unlock call did.")
 	fmt.Fprintln(w, "server exec µs/stmt: mean execution time of the benchmark database's statements (pg_stat_statements, -own-postgres), warm-up included; client µs/op beyond exec: the mean lock or unlock call less the server's execution time of the statements it sent (stmts/cycle ÷ 2 of them): driver, network, scheduling and commit.")
 	fmt.Fprintln(w, "stmts (client): statements sent, counted by a pgx tracer (BEGIN/COMMIT included); – where the driver is not traced.")

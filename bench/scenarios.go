@@ -30,6 +30,9 @@ type result struct {
 	HandP99ms  *float64 `json:"handoff_p99_ms,omitempty"`
 	HandMaxms  *float64 `json:"handoff_max_ms,omitempty"`
 	Handoffs   *int64   `json:"handoffs,omitempty"`
+	// HoldMeanms is the mean time from an acquisition's return to its
+	// holder's unlock call: -hold and what the holder's wake-up added.
+	HoldMeanms *float64 `json:"hold_mean_ms,omitempty"`
 	// Early counts hand-offs whose acquisition returned before the
 	// previous holder's release call did (the server granted the lock
 	// first); their latency counts as 0.
