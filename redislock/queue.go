@@ -21,20 +21,7 @@ import (
 // HandedLease), so a client that releases and asks again at once queues
 // behind the others.
 func (r *Repository) AcquireOrWait(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
-	what := opKey("acquire", key)
-	if ttl <= 0 {
-		return registry.Lease{}, false, fmt.Errorf("%s: ttl %v: %w", what, ttl, registry.ErrInvalidTTL)
-	}
-	h, err := r.begin(what, key)
-	if err != nil {
-		return registry.Lease{}, false, err
-	}
-	lease, ok, err := r.acquire(ctx, key, ttl, true)
-	r.end(key, h, lease.Token, ok, err)
-	if err != nil {
-		return registry.Lease{}, false, wrap(ctx, what, err)
-	}
-	return lease, ok, nil
+	return r.take(ctx, key, ttl, true)
 }
 
 // HandedLease reports whether this client holds an unexpired lease on key,

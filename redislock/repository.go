@@ -115,6 +115,12 @@ func lifetimes(ttl time.Duration) (lease, counter string) {
 // Close, and with an error satisfying errors.Is(err, registry.ErrTransient)
 // for failures that may pass on retry.
 func (r *Repository) Acquire(ctx context.Context, key string, ttl time.Duration) (registry.Lease, bool, error) {
+	return r.take(ctx, key, ttl, false)
+}
+
+// take is Acquire, or AcquireOrWait with wait: it checks ttl, counts the
+// acquisition in flight for Close, and runs the script.
+func (r *Repository) take(ctx context.Context, key string, ttl time.Duration, wait bool) (registry.Lease, bool, error) {
 	what := opKey("acquire", key)
 	if ttl <= 0 {
 		return registry.Lease{}, false, fmt.Errorf("%s: ttl %v: %w", what, ttl, registry.ErrInvalidTTL)
@@ -123,7 +129,7 @@ func (r *Repository) Acquire(ctx context.Context, key string, ttl time.Duration)
 	if err != nil {
 		return registry.Lease{}, false, err
 	}
-	lease, ok, err := r.acquire(ctx, key, ttl, false)
+	lease, ok, err := r.acquire(ctx, key, ttl, wait)
 	r.end(key, h, lease.Token, ok, err)
 	if err != nil {
 		return registry.Lease{}, false, wrap(ctx, what, err)
