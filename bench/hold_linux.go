@@ -13,8 +13,8 @@ import (
 // contestant whose releaser gets its replies while the next holder holds
 // (a hand-off announced before the release's own reply) thus held longer:
 // 1.31 ms against floor-handoff's 1.13 at -hold 1ms (docs/benchmarks.md).
-// nanosleep blocks this goroutine's thread (the runtime hands its P to
-// another one) and ends within the kernel's timer slack, 50 µs by default,
+// nanosleep blocks this goroutine's thread (the runtime's sysmon gives
+// its P to another thread meanwhile) and ends within the kernel's timer slack, 50 µs by default,
 // whatever the rest of the process does. A signal ends nanosleep early
 // (the runtime's preemption signals do), so it sleeps again for what is
 // left.
